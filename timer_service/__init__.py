@@ -1,0 +1,3 @@
+"""Distributed timer service: persisted delayed HTTP callbacks."""
+
+__version__ = "0.1.0"

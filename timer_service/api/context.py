@@ -1,0 +1,37 @@
+"""What the handlers are given: settings and the injected store, metrics and clock."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from timer_service.clock import Clock
+from timer_service.metrics import Metrics
+from timer_service.settings import Settings
+from timer_service.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+JobsWritten = Callable[[Sequence[int]], None]
+ReadyCheck = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    settings: Settings
+    store: JobStore
+    metrics: Metrics
+    clock: Clock
+    on_jobs_written: JobsWritten | None = None
+    ready_checks: Sequence[ReadyCheck] = ()
+
+    def jobs_written(self, seconds: Sequence[int]) -> None:
+        """Tell whoever listens (the in-process daemon of `dev`) which seconds got jobs;
+        a failing listener never fails the request, whose write is already done."""
+        if self.on_jobs_written is None or not seconds:
+            return
+        try:
+            self.on_jobs_written(seconds)
+        except Exception:
+            log.exception("on_jobs_written listener failed")

@@ -1,0 +1,91 @@
+"""OpenAPI: declared problem responses, request bodies read by hand, the schema hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from timer_service.api.problems import PROBLEM_MEDIA_TYPE, TITLES
+from timer_service.api.schemas import (
+    BizTypeIn,
+    JobBatchIn,
+    JobCreateIn,
+    JobPatchIn,
+    ProblemOut,
+)
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (BizTypeIn, JobCreateIn, JobBatchIn, JobPatchIn)
+
+_DESCRIPTIONS = {
+    400: "The body is not valid JSON",
+    401: "Missing or wrong bearer token",
+    404: "Not found",
+    409: "Conflicts with the resource's state",
+    413: "Body or payload too large",
+    422: "A body, path or query parameter breaks a rule",
+    500: "Unexpected error",
+    503: "Not ready",
+}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries for problem documents (media type fixed up in `openapi`)."""
+    return {
+        status: {
+            "model": ProblemOut,
+            "description": _DESCRIPTIONS.get(status, TITLES[status]),
+        }
+        for status in statuses
+    }
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra=` for a handler that parses its JSON body itself."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+            },
+        }
+    }
+
+
+def install_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+            tags=app.openapi_tags,
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        _, defs = models_json_schema(
+            [(m, "validation") for m in REQUEST_MODELS],
+            ref_template="#/components/schemas/{model}",
+        )
+        for name, definition in defs.get("$defs", {}).items():
+            components.setdefault(name, definition)
+        _problem_media_types(schema)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _problem_media_types(schema: dict[str, Any]) -> None:
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content")
+                if not status.isdigit() or int(status) < 400 or not content:
+                    continue
+                if "application/json" in content:
+                    content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")

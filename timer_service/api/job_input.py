@@ -1,0 +1,66 @@
+"""Turning a validated create or reschedule request into what the store takes."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from timer_service.api.bodies import BODY, encode_checked, validate
+from timer_service.api.problems import Loc, Problem
+from timer_service.api.schemas import JobCreateIn, JobPatchIn
+from timer_service.store.base import NewJob
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_payload_bytes: int
+    horizon_ms: int
+
+
+def resolve_due(
+    due_at: int | None, delay_ms: int | None, now_ms: int, limits: Limits, loc: Loc
+) -> int:
+    """The due time in epoch ms from exactly one of due_at and delay_ms."""
+    if (due_at is None) == (delay_ms is None):
+        which = "both" if due_at is not None else "neither"
+        raise Problem(
+            422,
+            f"Give exactly one of due_at and delay_ms ({which} given).",
+            [{"loc": [*loc, "due_at"], "msg": "exactly one of due_at and delay_ms is required"}],
+        )
+    field = "due_at" if due_at is not None else "delay_ms"
+    due = due_at if due_at is not None else now_ms + (delay_ms or 0)
+    if due > now_ms + limits.horizon_ms:
+        days = limits.horizon_ms // 86_400_000
+        raise Problem.invalid([*loc, field], f"is beyond the horizon of {days} days from now")
+    return due
+
+
+def new_job(data: Any, now_ms: int, limits: Limits, loc: Loc = BODY) -> NewJob:
+    """Validate one create body; raises Problem (422 or 413)."""
+    request = validate(JobCreateIn, data, loc)
+    due = resolve_due(request.due_at, request.delay_ms, now_ms, limits, loc)
+    payload_json = encode_checked(request.payload, limits.max_payload_bytes, [*loc, "payload"])
+    return NewJob(
+        biz_type=request.biz_type,
+        job_id=request.job_id if request.job_id is not None else uuid.uuid4().hex,
+        due_at=due,
+        payload_json=payload_json,
+        compare_due=request.due_at is not None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reschedule:
+    due_at: int
+    payload_json: str | None  # None keeps the current payload
+
+
+def reschedule(data: Any, now_ms: int, limits: Limits) -> Reschedule:
+    request = validate(JobPatchIn, data)
+    due = resolve_due(request.due_at, request.delay_ms, now_ms, limits, BODY)
+    payload_json = None
+    if "payload" in request.model_fields_set:
+        payload_json = encode_checked(request.payload, limits.max_payload_bytes, [*BODY, "payload"])
+    return Reschedule(due, payload_json)

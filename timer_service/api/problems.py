@@ -1,0 +1,205 @@
+"""Problem documents (RFC 9457): every 4xx/5xx the API sends is one of these."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from timer_service.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    StoreUnavailable,
+    TimerServiceError,
+)
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+Loc = Sequence[str | int]
+
+
+def problem_body(
+    status: int, detail: str, errors: Iterable[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    title = TITLES.get(status, "Error")
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = [dict(e) for e in errors]
+    return body
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    errors: Iterable[Mapping[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    content = json.dumps(problem_body(status, detail, errors), ensure_ascii=False).encode()
+    return Response(content, status, headers=dict(headers or {}), media_type=PROBLEM_MEDIA_TYPE)
+
+
+def field_error(loc: Loc, msg: str) -> dict[str, Any]:
+    return {"loc": list(loc), "msg": msg}
+
+
+class Problem(Exception):
+    """Raised by handlers to answer with a problem document."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        errors: Sequence[Mapping[str, Any]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.errors = errors
+        self.headers = headers
+
+    @classmethod
+    def invalid(cls, loc: Loc, msg: str) -> Problem:
+        return cls(422, msg, [field_error(loc, msg)])
+
+    def body(self) -> dict[str, Any]:
+        return problem_body(self.status, self.detail, self.errors)
+
+    def response(self) -> Response:
+        return problem_response(self.status, self.detail, self.errors, self.headers)
+
+
+def validation_errors(raw: Iterable[Mapping[str, Any]], prefix: Loc = ()) -> list[dict[str, Any]]:
+    """Pydantic/FastAPI error dicts as the contract's `{"loc", "msg"}` entries."""
+    return [
+        {"loc": [*prefix, *err.get("loc", ())], "msg": str(err.get("msg", "invalid"))}
+        for err in raw
+    ]
+
+
+def summarize(errors: Sequence[Mapping[str, Any]]) -> str:
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first['msg']}{more}" if where else f"{first['msg']}{more}"
+
+
+async def on_problem(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.response()
+
+
+async def on_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else TITLES.get(exc.status_code, "Error")
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names the methods of the first route that matched the path only.
+        headers["Allow"] = ", ".join(sorted(_allowed_methods(request)))
+    return problem_response(exc.status_code, detail, headers=headers)
+
+
+def _allowed_methods(request: Request) -> set[str]:
+    """Methods of every route whose path matches (set by `create_app` in app.state)."""
+    path = request.url.path
+    methods: set[str] = set()
+    for path_regex, route_methods in getattr(request.app.state, "route_methods", ()):
+        if path_regex.match(path):
+            methods |= route_methods
+    return methods
+
+
+async def on_request_validation(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    raw = list(exc.errors())
+    if any(err.get("type") == "json_invalid" for err in raw):
+        return problem_response(400, "The request body is not valid JSON.")
+    errors = validation_errors(raw)
+    return problem_response(422, summarize(errors) if errors else "Invalid request.", errors)
+
+
+class UnhandledErrorMiddleware:
+    """The last line: an unexpected exception becomes a logged 500 problem document."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception(
+                "unhandled error", extra={"method": scope.get("method"), "path": scope.get("path")}
+            )
+            if started:
+                raise
+            response = problem_response(500, "An unexpected error occurred.")
+            await response(scope, receive, send)
+
+
+def _domain_status(exc: TimerServiceError) -> int:
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    if isinstance(exc, PayloadTooLarge):
+        return 413
+    if isinstance(exc, InvalidInput):
+        return 422
+    if isinstance(exc, StoreUnavailable):
+        return 503
+    return 500
+
+
+async def on_domain_error(_: Request, exc: Exception) -> Response:
+    """Store and domain exceptions as problem documents (NotFound -> 404, Conflict -> 409)."""
+    assert isinstance(exc, TimerServiceError)
+    status = _domain_status(exc)
+    if status == 500:
+        log.error("unexpected service error", exc_info=exc)
+        return problem_response(500, "An unexpected error occurred.")
+    if isinstance(exc, InvalidInput):
+        return problem_response(422, str(exc), [field_error(exc.loc, str(exc))])
+    return problem_response(status, str(exc))

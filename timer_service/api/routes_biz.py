@@ -1,0 +1,88 @@
+"""/v1/biz-types: each business's callback, limits and retry policy."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse, Response
+
+from timer_service.api.bodies import read_json, validate
+from timer_service.api.context import ApiContext
+from timer_service.api.docs import json_body, problems
+from timer_service.api.problems import Problem
+from timer_service.api.schemas import BizTypeIn, BizTypeListOut, BizTypeOut
+from timer_service.constants import BIZ_TYPE_PATTERN
+from timer_service.model import BizType, RetryPolicy
+
+BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
+
+
+def build_biz_router(ctx: ApiContext) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["biz types"], responses=problems(401, 500))
+    store, clock = ctx.store, ctx.clock
+
+    @router.put(
+        "/biz-types/{biz_type}",
+        summary="Create or replace a biz type",
+        response_model=BizTypeOut,
+        responses={
+            201: {"model": BizTypeOut, "description": "Created"},
+            **problems(400, 413, 422),
+        },
+        openapi_extra=json_body(BizTypeIn),
+    )
+    async def put_biz_type(biz_type: BizTypePath, request: Request) -> Response:
+        config = validate(BizTypeIn, await read_json(request))
+        now = clock.now_ms()
+        biz = BizType(
+            biz_type=biz_type,
+            callback_url=config.callback_url,
+            rate_limit_per_s=config.rate_limit_per_s,
+            burst=config.burst,
+            max_concurrency=config.max_concurrency,
+            timeout_ms=config.timeout_ms,
+            retry=RetryPolicy(**config.retry.model_dump()),
+            signing_secret=config.signing_secret,
+            paused=config.paused,
+            created_at=now,
+            updated_at=now,
+        )
+        was_created = await store.put_biz_type(biz)
+        stored = await store.get_biz_type(biz_type) or biz
+        return JSONResponse(stored.to_public(), 201 if was_created else 200)
+
+    @router.get(
+        "/biz-types",
+        summary="List biz types",
+        response_model=BizTypeListOut,
+    )
+    async def list_biz_types() -> Response:
+        items = await store.list_biz_types()
+        return JSONResponse({"items": [biz.to_public() for biz in items]})
+
+    @router.get(
+        "/biz-types/{biz_type}",
+        summary="Read a biz type (never its signing secret)",
+        response_model=BizTypeOut,
+        responses=problems(404, 422),
+    )
+    async def get_biz_type(biz_type: BizTypePath) -> Response:
+        biz = await store.get_biz_type(biz_type)
+        if biz is None:
+            raise Problem(404, f"No biz type {biz_type!r}.")
+        return JSONResponse(biz.to_public())
+
+    @router.delete(
+        "/biz-types/{biz_type}",
+        summary="Delete a biz type that has no pending or dispatched jobs",
+        status_code=204,
+        response_class=Response,
+        responses=problems(404, 409, 422),
+    )
+    async def delete_biz_type(biz_type: BizTypePath) -> Response:
+        if not await store.delete_biz_type(biz_type):
+            raise Problem(404, f"No biz type {biz_type!r}.")
+        return Response(status_code=204)
+
+    return router

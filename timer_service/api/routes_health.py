@@ -1,0 +1,54 @@
+"""/healthz, /readyz and /metrics: outside auth, for orchestrators and Prometheus."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from timer_service.api.context import ApiContext
+from timer_service.api.docs import problems
+from timer_service.api.problems import problem_response
+from timer_service.api.schemas import HealthOut
+from timer_service.metrics import CONTENT_TYPE_LATEST, render
+
+READY_TIMEOUT_S = 5.0
+
+
+def build_health_router(ctx: ApiContext) -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get(
+        "/healthz", summary="Liveness: 200 while the process runs", response_model=HealthOut
+    )
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @router.get(
+        "/readyz",
+        summary="Readiness: 200 when the store (and other dependencies) answer",
+        response_model=HealthOut,
+        responses=problems(503),
+    )
+    async def readyz() -> Response:
+        checks = [ctx.store.ping, *ctx.ready_checks]
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                for check in checks:
+                    await check()
+        except Exception as exc:  # any failure, or no answer in time, means not ready
+            detail = str(exc) or type(exc).__name__
+            return problem_response(503, f"Not ready: {detail}")
+        return JSONResponse({"status": "ok"})
+
+    @router.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    async def metrics() -> Response:
+        return Response(render(ctx.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return router

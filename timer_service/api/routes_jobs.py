@@ -1,0 +1,214 @@
+"""/v1/jobs: create (one or a batch), read, list, cancel, reschedule, replay."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from timer_service.api.bodies import BODY, read_json
+from timer_service.api.context import ApiContext
+from timer_service.api.docs import json_body, problems
+from timer_service.api.job_input import Limits, new_job, reschedule
+from timer_service.api.problems import Problem
+from timer_service.api.schemas import (
+    BatchOut,
+    JobBatchIn,
+    JobCreateIn,
+    JobOut,
+    JobPageOut,
+    JobPatchIn,
+)
+from timer_service.constants import (
+    BIZ_TYPE_PATTERN,
+    DEFAULT_LIST_LIMIT,
+    JOB_ID_PATTERN,
+    MAX_BATCH_ITEMS,
+    MAX_LIST_LIMIT,
+)
+from timer_service.errors import InvalidInput
+from timer_service.model import Job, JobState
+from timer_service.store.base import CreateResult, CreateStatus, NewJob
+
+BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
+JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
+
+_STATUS = {CreateStatus.CREATED: 201, CreateStatus.EXISTS: 200, CreateStatus.CONFLICT: 409}
+_CONFLICT_DETAIL = "A job with this identity exists with a different due_at or payload."
+
+
+def job_location(job: Job) -> str:
+    return f"/v1/jobs/{job.biz_type}/{job.job_id}"
+
+
+def job_response(job: Job, status: int = 200) -> Response:
+    return JSONResponse(job.to_public(), status)
+
+
+def build_jobs_router(ctx: ApiContext) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(401, 500))
+    limits = Limits(ctx.settings.max_payload_bytes, ctx.settings.horizon_ms)
+    store, clock = ctx.store, ctx.clock
+
+    async def unknown_biz_types(names: set[str]) -> set[str]:
+        known = await store.get_biz_types(sorted(names))
+        return names - known.keys()
+
+    def created(results: list[CreateResult]) -> None:
+        fresh = [r.job for r in results if r.status is CreateStatus.CREATED]
+        if not fresh:
+            return
+        for biz_type, count in Counter(job.biz_type for job in fresh).items():
+            ctx.metrics.job_created(biz_type, count)
+        ctx.jobs_written(sorted({(job.next_attempt_at or job.due_at) // 1000 for job in fresh}))
+
+    @router.post(
+        "/jobs",
+        summary="Create a job (idempotent on biz_type + job_id)",
+        status_code=201,
+        response_model=JobOut,
+        responses={
+            200: {"model": JobOut, "description": "The same job existed already"},
+            **problems(400, 409, 413, 422),
+        },
+        openapi_extra=json_body(JobCreateIn),
+    )
+    async def create_job(request: Request) -> Response:
+        data = await read_json(request)
+        now = clock.now_ms()
+        job = new_job(data, now, limits)
+        if await unknown_biz_types({job.biz_type}):
+            raise Problem.invalid([*BODY, "biz_type"], f"unknown biz type {job.biz_type!r}")
+        [result] = await store.create_jobs([job], now)
+        created([result])
+        status = _STATUS[result.status]
+        if status == 409:
+            raise Problem(409, _CONFLICT_DETAIL)
+        response = job_response(result.job, status)
+        if status == 201:
+            response.headers["Location"] = job_location(result.job)
+        return response
+
+    @router.post(
+        "/jobs:batch",
+        summary="Create up to 1000 jobs; one result per item, in request order",
+        response_model=BatchOut,
+        responses=problems(400, 413, 422),
+        openapi_extra=json_body(JobBatchIn),
+    )
+    async def create_jobs(request: Request) -> Response:
+        items = _batch_items(await read_json(request))
+        now = clock.now_ms()
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        accepted: list[tuple[int, NewJob]] = []
+        for i, item in enumerate(items):
+            try:
+                accepted.append((i, new_job(item, now, limits, (*BODY, "jobs", i))))
+            except Problem as problem:
+                results[i] = {"status": problem.status, "error": problem.body()}
+        unknown = await unknown_biz_types({job.biz_type for _, job in accepted})
+        if unknown:
+            for i, job in accepted:
+                if job.biz_type in unknown:
+                    loc = (*BODY, "jobs", i, "biz_type")
+                    error = Problem.invalid(loc, f"unknown biz type {job.biz_type!r}")
+                    results[i] = {"status": 422, "error": error.body()}
+            accepted = [(i, job) for i, job in accepted if job.biz_type not in unknown]
+        if accepted:
+            written = await store.create_jobs([job for _, job in accepted], now)
+            created(written)
+            for (i, _), result in zip(accepted, written, strict=True):
+                status = _STATUS[result.status]
+                if status == 409:
+                    results[i] = {"status": 409, "error": Problem(409, _CONFLICT_DETAIL).body()}
+                else:
+                    results[i] = {"status": status, "job": result.job.to_public()}
+        return JSONResponse({"results": results})
+
+    @router.get(
+        "/jobs",
+        summary="List jobs in identity order",
+        response_model=JobPageOut,
+        responses=problems(422),
+    )
+    async def list_jobs(
+        biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
+        state: JobState | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
+        cursor: Annotated[str | None, Query(max_length=1024)] = None,
+    ) -> Response:
+        try:
+            jobs, next_cursor = await store.list_jobs(biz_type, state, limit, cursor or None)
+        except (InvalidInput, ValueError):
+            raise Problem.invalid(["query", "cursor"], "is not a cursor this API gave") from None
+        return JSONResponse(
+            {"items": [job.to_public() for job in jobs], "next_cursor": next_cursor}
+        )
+
+    @router.get(
+        "/jobs/{biz_type}/{job_id}",
+        summary="Read a job, with its attempt history",
+        response_model=JobOut,
+        responses=problems(404, 422),
+    )
+    async def get_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
+        job = await store.get_job(biz_type, job_id)
+        if job is None:
+            raise Problem(404, f"No job {job_id!r} of biz type {biz_type!r}.")
+        return job_response(job)
+
+    @router.delete(
+        "/jobs/{biz_type}/{job_id}",
+        summary="Cancel a job (pending, dispatched or already cancelled)",
+        response_model=JobOut,
+        responses=problems(404, 409, 422),
+    )
+    async def cancel_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
+        job = await store.cancel_job(biz_type, job_id, clock.now_ms())
+        return job_response(job)
+
+    @router.patch(
+        "/jobs/{biz_type}/{job_id}",
+        summary="Reschedule a pending job (and replace its payload if given)",
+        response_model=JobOut,
+        responses=problems(400, 404, 409, 413, 422),
+        openapi_extra=json_body(JobPatchIn),
+    )
+    async def reschedule_job(
+        biz_type: BizTypePath, job_id: JobIdPath, request: Request
+    ) -> Response:
+        data = await read_json(request)
+        now = clock.now_ms()
+        change = reschedule(data, now, limits)
+        job = await store.reschedule_job(biz_type, job_id, change.due_at, change.payload_json, now)
+        ctx.jobs_written([(job.next_attempt_at or job.due_at) // 1000])
+        return job_response(job)
+
+    @router.post(
+        "/jobs/{biz_type}/{job_id}/replay",
+        summary="Make a dead job pending again, now, with a fresh attempt budget",
+        response_model=JobOut,
+        responses=problems(404, 409, 422),
+    )
+    async def replay_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
+        now = clock.now_ms()
+        job = await store.replay_job(biz_type, job_id, now)
+        ctx.jobs_written([(job.next_attempt_at or now) // 1000])
+        return job_response(job)
+
+    return router
+
+
+def _batch_items(data: Any) -> list[Any]:
+    if not isinstance(data, dict):
+        raise Problem.invalid(BODY, "must be a JSON object")
+    items = data.get("jobs")
+    if not isinstance(items, list):
+        raise Problem.invalid([*BODY, "jobs"], "must be a list of jobs")
+    if not 1 <= len(items) <= MAX_BATCH_ITEMS:
+        raise Problem.invalid(
+            [*BODY, "jobs"], f"must hold 1 to {MAX_BATCH_ITEMS} jobs, not {len(items)}"
+        )
+    return items

@@ -1,0 +1,171 @@
+"""/v1/schedules: recurring schedules whose occurrences become ordinary jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from timer_service.api.bodies import BODY, encode_checked, read_json, validate
+from timer_service.api.context import ApiContext
+from timer_service.api.docs import problems
+from timer_service.api.problems import Problem
+from timer_service.api.schemas import MAX_INT, DueAt, _Strict
+from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN
+from timer_service.errors import InvalidInput
+from timer_service.schedules import (
+    MAX_CRON_LEN,
+    MAX_INTERVALS,
+    Catchup,
+    ScheduleSpec,
+    check_schedule_id,
+)
+from timer_service.scheduling import Scheduler
+
+BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
+ScheduleIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
+
+
+class ScheduleIn(_Strict):
+    """Exactly one of `cron` (with `timezone`) and `intervals_ms` (with `cycle`)."""
+
+    cron: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_CRON_LEN,
+        description="5 fields, or 6 with seconds first; evaluated in `timezone`.",
+        examples=["0 9 * * MON-FRI", "*/10 * * * * *"],
+    )
+    timezone: str | None = Field(None, description="IANA zone of `cron`; default UTC.")
+    intervals_ms: list[Annotated[int, Field(ge=1, le=MAX_INT)]] | None = Field(
+        None, min_length=1, max_length=MAX_INTERVALS, description="Gaps between occurrences."
+    )
+    cycle: bool | None = Field(None, description="Repeat `intervals_ms` forever; default false.")
+    payload: Any = Field(None, description="Any JSON value; each occurrence's job payload.")
+    start_at: DueAt | None = None
+    end_at: DueAt | None = None
+    max_runs: int | None = Field(None, ge=1, le=MAX_INT)
+    paused: bool = False
+    catchup: Literal["skip", "one", "all"] = "skip"
+
+
+class ScheduleOut(BaseModel):
+    biz_type: str
+    schedule_id: str
+    cron: str | None
+    timezone: str | None
+    intervals_ms: list[int] | None
+    cycle: bool | None
+    payload: Any
+    start_at: int | None
+    end_at: int | None
+    max_runs: int | None
+    paused: bool
+    catchup: str
+    next_run_at: int | None
+    runs: int
+    last_run_at: int | None
+    last_job_id: str | None
+    created_at: int
+    updated_at: int
+
+
+class ScheduleListOut(BaseModel):
+    items: list[ScheduleOut]
+
+
+_BODY_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": ScheduleIn.model_json_schema()}},
+    }
+}
+
+
+def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["schedules"], responses=problems(401, 500))
+    max_payload_bytes = ctx.settings.max_payload_bytes
+
+    def spec_from(data: Any) -> ScheduleSpec:
+        request = validate(ScheduleIn, data)
+        payload_json = encode_checked(request.payload, max_payload_bytes, [*BODY, "payload"])
+        try:
+            return ScheduleSpec(
+                cron=request.cron,
+                timezone=request.timezone,
+                intervals_ms=tuple(request.intervals_ms) if request.intervals_ms else None,
+                cycle=request.cycle,
+                payload_json=payload_json,
+                start_at=request.start_at,
+                end_at=request.end_at,
+                max_runs=request.max_runs,
+                paused=request.paused,
+                catchup=Catchup(request.catchup),
+            )
+        except InvalidInput as exc:
+            raise Problem.invalid([*BODY, *exc.loc], str(exc)) from None
+
+    @router.put(
+        "/schedules/{biz_type}/{schedule_id}",
+        summary="Create or replace a recurring schedule",
+        response_model=ScheduleOut,
+        responses={
+            201: {"model": ScheduleOut, "description": "Created"},
+            **problems(400, 413, 422),
+        },
+        openapi_extra=_BODY_SCHEMA,
+    )
+    async def put_schedule(
+        biz_type: BizTypePath, schedule_id: ScheduleIdPath, request: Request
+    ) -> Response:
+        try:
+            check_schedule_id(schedule_id)
+        except InvalidInput as exc:
+            raise Problem.invalid(["path", *exc.loc], str(exc)) from None
+        spec = spec_from(await read_json(request))
+        if await ctx.store.get_biz_type(biz_type) is None:
+            raise Problem.invalid(["path", "biz_type"], f"unknown biz type {biz_type!r}")
+        result = await scheduler.put(biz_type, schedule_id, spec)
+        if result.schedule.next_run_at is not None:
+            ctx.jobs_written([result.schedule.next_run_at // 1000])
+        return JSONResponse(result.schedule.to_public(), 201 if result.created else 200)
+
+    @router.get(
+        "/schedules",
+        summary="List schedules, of one biz type or all",
+        response_model=ScheduleListOut,
+        responses=problems(422),
+    )
+    async def list_schedules(
+        biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
+    ) -> Response:
+        items = await scheduler.list(biz_type)
+        return JSONResponse({"items": [s.to_public() for s in items]})
+
+    @router.get(
+        "/schedules/{biz_type}/{schedule_id}",
+        summary="Read a schedule and where it stands",
+        response_model=ScheduleOut,
+        responses=problems(404, 422),
+    )
+    async def get_schedule(biz_type: BizTypePath, schedule_id: ScheduleIdPath) -> Response:
+        schedule = await scheduler.get(biz_type, schedule_id)
+        if schedule is None:
+            raise Problem(404, f"No schedule {schedule_id!r} of biz type {biz_type!r}.")
+        return JSONResponse(schedule.to_public())
+
+    @router.delete(
+        "/schedules/{biz_type}/{schedule_id}",
+        summary="Delete a schedule; its pending next occurrence is cancelled",
+        status_code=204,
+        response_class=Response,
+        responses=problems(404, 422),
+    )
+    async def delete_schedule(biz_type: BizTypePath, schedule_id: ScheduleIdPath) -> Response:
+        if not await scheduler.delete(biz_type, schedule_id):
+            raise Problem(404, f"No schedule {schedule_id!r} of biz type {biz_type!r}.")
+        return Response(status_code=204)
+
+    return router

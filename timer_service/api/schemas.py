@@ -1,0 +1,251 @@
+"""Request and response models of the REST API.
+
+Request models validate already-parsed JSON in strict mode (a string is not a
+number, a boolean is not an integer). Response models document the answers in
+the OpenAPI schema; handlers send `Job.to_public()` / `BizType.to_public()`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+    WithJsonSchema,
+)
+
+from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN
+from timer_service.model import JobState, RetryPolicy
+
+# Every stored integer fits MongoDB's int64 and a JSON double exactly.
+MAX_INT = 2**53
+_DEFAULT_RETRY = RetryPolicy()
+
+BizTypeName = Annotated[str, StringConstraints(pattern=BIZ_TYPE_PATTERN)]
+JobId = Annotated[str, StringConstraints(pattern=JOB_ID_PATTERN)]
+
+_RFC3339 = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def rfc3339_to_ms(text: str) -> int:
+    """Epoch ms of an RFC 3339 time; the offset is required (a naive time is ambiguous)."""
+    match = _RFC3339.match(text)
+    if match is None:
+        raise ValueError("must be epoch milliseconds or an RFC 3339 time with an offset")
+    date, time, fraction, offset = match.groups()
+    micros = (fraction or "").ljust(6, "0")[:6]
+    zone = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        moment = datetime.fromisoformat(f"{date}T{time}.{micros}{zone}")
+    except ValueError as exc:
+        raise ValueError(f"not a valid time: {exc}") from None
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def _due_at_ms(value: object) -> int:
+    if isinstance(value, str):
+        ms = rfc3339_to_ms(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    else:
+        raise ValueError("must be epoch milliseconds (an integer) or an RFC 3339 time")
+    if ms < 0:
+        raise ValueError("must not be before 1970-01-01T00:00:00Z")
+    return ms
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an absolute http or https URL")
+    if any(c.isspace() for c in value):
+        raise ValueError("must not contain whitespace")
+    try:
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ValueError("has an invalid port") from None
+    return value
+
+
+DueAt = Annotated[
+    int,
+    PlainValidator(_due_at_ms),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "format": "date-time"},
+            ],
+            "description": "Epoch milliseconds, or an RFC 3339 time with an offset.",
+            "examples": [1767225600000, "2026-01-01T00:00:00Z"],
+        }
+    ),
+]
+DelayMs = Annotated[
+    int, Field(ge=0, le=MAX_INT, description="Milliseconds from now (the server's clock).")
+]
+CallbackUrl = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=2048),
+    AfterValidator(_http_url),
+    Field(json_schema_extra={"format": "uri"}, examples=["https://orders.internal/timer"]),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+# -- requests -----------------------------------------------------------------
+
+
+class RetryPolicyIn(_Strict):
+    max_attempts: int = Field(_DEFAULT_RETRY.max_attempts, ge=1, le=MAX_INT)
+    initial_backoff_ms: int = Field(_DEFAULT_RETRY.initial_backoff_ms, ge=0, le=MAX_INT)
+    max_backoff_ms: int = Field(_DEFAULT_RETRY.max_backoff_ms, ge=0, le=MAX_INT)
+    multiplier: float = Field(_DEFAULT_RETRY.multiplier, ge=1)
+
+
+class BizTypeIn(_Strict):
+    callback_url: CallbackUrl
+    rate_limit_per_s: float | None = Field(
+        None, gt=0, description="Callbacks per second; null or absent = unlimited."
+    )
+    burst: int = Field(1, ge=1, le=MAX_INT)
+    max_concurrency: int = Field(16, ge=1, le=MAX_INT)
+    timeout_ms: int = Field(10000, ge=1, le=MAX_INT)
+    retry: RetryPolicyIn = Field(default_factory=lambda: RetryPolicyIn.model_validate({}))
+    signing_secret: str | None = Field(None, min_length=1, max_length=4096)
+    paused: bool = False
+
+
+def _exactly_one_due(schema: dict[str, Any]) -> None:
+    """Documents the rule the handlers enforce (null counts as absent), so clients and
+    schema-driven tests know a body with neither or both is refused."""
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("due_at", "delay_ms")
+    ]
+
+
+class JobCreateIn(_Strict):
+    """Exactly one of `due_at` and `delay_ms`."""
+
+    model_config = ConfigDict(**_Strict.model_config, json_schema_extra=_exactly_one_due)
+
+    biz_type: BizTypeName
+    job_id: JobId | None = Field(None, description="Generated by the server when absent.")
+    due_at: DueAt | None = None
+    delay_ms: DelayMs | None = None
+    payload: Any = Field(None, description="Any JSON value (absent = null).")
+
+
+class JobBatchIn(BaseModel):
+    jobs: list[JobCreateIn] = Field(min_length=1, max_length=1000)
+
+
+class JobPatchIn(_Strict):
+    """Exactly one of `due_at` and `delay_ms`; `payload` replaces the payload when given."""
+
+    model_config = ConfigDict(**_Strict.model_config, json_schema_extra=_exactly_one_due)
+
+    due_at: DueAt | None = None
+    delay_ms: DelayMs | None = None
+    payload: Any = Field(None, description="Any JSON value; absent = keep the payload.")
+
+
+# -- responses ------------------------------------------------------------------
+
+
+class RetryPolicyOut(BaseModel):
+    max_attempts: int
+    initial_backoff_ms: int
+    max_backoff_ms: int
+    multiplier: float
+
+
+class BizTypeOut(BaseModel):
+    biz_type: str
+    callback_url: str
+    rate_limit_per_s: float | None
+    burst: int
+    max_concurrency: int
+    timeout_ms: int
+    retry: RetryPolicyOut
+    has_signing_secret: bool
+    paused: bool
+    created_at: int
+    updated_at: int
+
+
+class BizTypeListOut(BaseModel):
+    items: list[BizTypeOut]
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    at: int
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+
+
+class JobOut(BaseModel):
+    biz_type: str
+    job_id: str
+    due_at: int
+    payload: Any
+    state: JobState
+    attempts: int
+    next_attempt_at: int | None
+    created_at: int
+    updated_at: int
+    delivered_at: int | None
+    last_error: str | None
+    history: list[AttemptOut]
+
+
+class JobPageOut(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+class FieldErrorOut(BaseModel):
+    loc: list[str | int]
+    msg: str
+
+
+class ProblemOut(BaseModel):
+    """RFC 9457 problem document."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldErrorOut] | None = Field(None, description="Present on 422.")
+
+
+class BatchItemOut(BaseModel):
+    status: int = Field(description="201, 200, 409, 413 or 422")
+    job: JobOut | None = None
+    error: ProblemOut | None = None
+
+
+class BatchOut(BaseModel):
+    results: list[BatchItemOut]
+
+
+class HealthOut(BaseModel):
+    status: str

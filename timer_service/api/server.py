@@ -1,0 +1,125 @@
+"""`timer-service api`: the REST API over MongoDB, served by uvicorn until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from timer_service import wiring
+from timer_service.api.app import create_app
+from timer_service.api.limits import HeaderLimitMiddleware
+from timer_service.clock import SystemClock
+from timer_service.logs import setup_logging
+from timer_service.metrics import Metrics
+from timer_service.runtime import freeze_startup_heap, run_until_signal
+from timer_service.settings import Settings
+from timer_service.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+SETUP_RETRY_S = 2.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: it re-raises the captured signal
+    after shutdown (exit 143 on SIGTERM); here a stop event ends it instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    stop: asyncio.Event | None = None,
+    *,
+    grace_s: float | None = None,
+) -> None:
+    """Serve `app` until `stop` is set, then shut down gracefully and return.
+
+    Without a `stop` event, SIGTERM and SIGINT stop it; with one, the caller
+    decides when (and handles signals itself)."""
+    config = uvicorn.Config(
+        HeaderLimitMiddleware(app),
+        host=host,
+        port=port,
+        lifespan="on",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=None if grace_s is None else math.ceil(grace_s),
+    )
+    server = _Server(config)
+    with _stop_on_signals(stop) as stop_event:
+        watcher = asyncio.create_task(_exit_when_set(stop_event, server))
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()
+
+
+async def _exit_when_set(stop: asyncio.Event, server: uvicorn.Server) -> None:
+    await stop.wait()
+    server.should_exit = True
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event | None) -> Iterator[asyncio.Event]:
+    if stop is not None:
+        yield stop
+        return
+    event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, event.set)
+    try:
+        yield event
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def _setup_store(store: JobStore, stop: asyncio.Event) -> bool:
+    """Create collections and indexes, retrying until the store answers or we are told
+    to stop (serving before the unique indexes exist would break idempotent create)."""
+    while not stop.is_set():
+        try:
+            await store.setup()
+            return True
+        except Exception as exc:
+            log.warning("store not ready, retrying", extra={"error": str(exc)})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SETUP_RETRY_S)
+    return False
+
+
+async def _main(settings: Settings, stop: asyncio.Event) -> None:
+    store = wiring.mongo_store(settings)
+    try:
+        if not await _setup_store(store, stop):
+            return
+        app = create_app(settings, store, Metrics(), SystemClock())
+        freeze_startup_heap()
+        log.info("api listening", extra={"host": settings.http_host, "port": settings.http_port})
+        await serve(
+            app, settings.http_host, settings.http_port, stop, grace_s=settings.shutdown_grace_s
+        )
+    finally:
+        await store.close()
+        log.info("api stopped")
+
+
+def run() -> int:
+    settings = Settings()  # type: ignore[call-arg]  # mypy without the pydantic plugin
+    setup_logging(settings.log_level)
+
+    return run_until_signal(lambda stop: _main(settings, stop))

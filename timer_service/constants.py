@@ -1,0 +1,67 @@
+"""Every name, limit and default the processes share, in one place."""
+
+import re
+
+BIZ_TYPE_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+BIZ_TYPE_RE = re.compile(BIZ_TYPE_PATTERN)
+JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+
+# Storage layout (MongoDB collection names).
+BUCKET_COLLECTION_PREFIX = "jobs_b"  # jobs_b0 .. jobs_b{N-1}
+LOCATOR_COLLECTION = "locator"  # (biz_type, job_id) -> bucket, O(1)
+SECONDS_COLLECTION = "seconds"  # ordered index of non-empty seconds (the skip list)
+BIZ_TYPES_COLLECTION = "biz_types"
+LEASES_COLLECTION = "leases"
+POINTERS_COLLECTION = "pointers"
+BROKERS_COLLECTION = "brokers"  # broker heartbeats: which biz types a live broker holds
+SCHEDULES_COLLECTION = "schedules"
+
+# A bucket per second of the minute: few enough collections for any MongoDB
+# (two WiredTiger files each), while consecutive seconds land in different
+# collections, so the API's writes into "now" and the daemon's claims of the
+# next seconds never contend on one collection or one index.
+DEFAULT_BUCKETS = 60
+
+# How long a stopping process waits for a cancelled task before leaving it behind.
+TASK_STOP_TIMEOUT_S = 3.0
+
+MAX_BATCH_ITEMS = 1000
+MAX_LIST_LIMIT = 1000
+DEFAULT_LIST_LIMIT = 100
+
+# CONTRACT: the service may claim a job up to 2 s before its next_attempt_at.
+MAX_CLAIM_AHEAD_MS = 2000
+
+DEFAULT_RETRY = {
+    "max_attempts": 10,
+    "initial_backoff_ms": 1000,
+    "max_backoff_ms": 600000,
+    "multiplier": 2.0,
+}
+
+# Histogram buckets fine enough to read 1 ms .. 60 s (CONTRACT "Metrics").
+LATENCY_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)

@@ -1,0 +1,127 @@
+"""The embedded MongoDB-protocol store `dev` uses when no TIMER_MONGO_URL is set:
+a SecantusDB server (`secantusd-py`) as a child process on a local data directory.
+
+A child process rather than an in-process server, so the store runs on the
+other core instead of competing with the service for one interpreter lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedStoreMissing(RuntimeError):
+    """The embedded store is not installed."""
+
+
+class _ExitedEarly(RuntimeError):
+    """The store process ended before it listened."""
+
+
+def _die_with_parent() -> None:
+    # Linux only: the store must not outlive a `dev` that was killed with -9,
+    # or it would keep the data directory locked.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedStore:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    async def start(self, timeout_s: float = 60.0, attempts: int = 3) -> None:
+        exe = shutil.which("secantusd-py", path=str(Path(sys.executable).parent)) or shutil.which(
+            "secantusd-py"
+        )
+        if exe is None:
+            raise EmbeddedStoreMissing(
+                "the embedded store needs SecantusDB: pip install 'timer-service[embedded]', "
+                "or point TIMER_MONGO_URL at a MongoDB"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # The port is picked before the child binds it, so another process can take it in
+        # between; the child then exits at once and a fresh port is tried.
+        for attempt in range(1, attempts + 1):
+            self.port = _free_port()
+            try:
+                await self._spawn(exe, timeout_s)
+                return
+            except _ExitedEarly as exc:
+                if attempt == attempts:
+                    raise RuntimeError(str(exc)) from None
+                log.warning("embedded store exited at start; retrying", extra={"port": self.port})
+
+    async def _spawn(self, exe: str, timeout_s: float) -> None:
+        # Startup happens once, before serving: blocking here costs nothing.
+        log_file = open(self.data_dir.parent / "store.log", "ab")  # noqa: ASYNC230
+        self._proc = proc = subprocess.Popen(  # noqa: ASYNC220
+            [
+                exe,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--storage-path",
+                str(self.data_dir),
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=log_file,
+            stderr=log_file,
+            preexec_fn=_die_with_parent,
+        )
+        log_file.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if proc.poll() is not None:
+                self._proc = None
+                raise _ExitedEarly(
+                    f"the embedded store exited with {proc.returncode}; "
+                    f"see {self.data_dir.parent / 'store.log'}"
+                )
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            except OSError:
+                await asyncio.sleep(0.1)
+                continue
+            writer.close()
+            log.info("embedded store ready", extra={"data_dir": str(self.data_dir)})
+            return
+        raise TimeoutError(f"the embedded store did not listen within {timeout_s}s")
+
+    async def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(self._proc.wait, 30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            await asyncio.to_thread(self._proc.wait, 10)
+        self._proc = None

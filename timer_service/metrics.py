@@ -1,0 +1,145 @@
+"""Metrics facade: domain code says what happened; only this module knows Prometheus."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from timer_service.constants import LATENCY_BUCKETS_S
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "render"]
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
+
+
+class Metrics:
+    """All metrics of the contract, registered on an injected registry.
+
+    Each process creates one and uses the part that matches its work; `dev`
+    shares one between its three roles.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self._created = Counter(
+            "timer_jobs_created", "Jobs accepted (201)", ["biz_type"], registry=r
+        )
+        self._dispatched = Counter(
+            "timer_jobs_dispatched", "Jobs published to the queue", ["biz_type"], registry=r
+        )
+        self._dispatch_lateness = Histogram(
+            "timer_dispatch_lateness_seconds",
+            "Publish time minus due time (0 when published ahead for the notifier to hold)",
+            ["biz_type"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._delivery_lateness = Histogram(
+            "timer_delivery_lateness_seconds",
+            "First-attempt callback send time minus due time",
+            ["biz_type"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._callbacks = Counter(
+            "timer_callbacks", "Callback outcomes", ["biz_type", "outcome"], registry=r
+        )
+        self._callback_duration = Histogram(
+            "timer_callback_duration_seconds",
+            "Callback round trip",
+            ["biz_type"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._scan_lag = Gauge(
+            "timer_scan_lag_seconds", "Now minus the daemon's time pointer", registry=r
+        )
+        self._leader = Gauge(
+            "timer_daemon_leader", "1 while this daemon holds the lease", registry=r
+        )
+        self._rate_limited = Counter(
+            "timer_rate_limited",
+            "Callbacks held back by the rate limit or in-flight cap",
+            ["biz_type"],
+            registry=r,
+        )
+        self._lease_changes = Counter(
+            "timer_lease_changes",
+            "Times this daemon gained or lost the lease",
+            ["change"],
+            registry=r,
+        )
+        self._publish_failures = Counter(
+            "timer_publish_failures", "Publish batches the queue did not confirm", registry=r
+        )
+        self._reconciled = Counter(
+            "timer_jobs_reconciled",
+            "Dispatched jobs published again by the reconciler",
+            ["biz_type"],
+            registry=r,
+        )
+        self._dropped = Counter(
+            "timer_messages_dropped",
+            "Messages not sent because the job was cancelled or the message was stale",
+            ["biz_type"],
+            registry=r,
+        )
+        self._schedule_runs = Counter(
+            "timer_schedule_runs",
+            "Occurrences of recurring schedules turned into jobs",
+            ["biz_type"],
+            registry=r,
+        )
+        self._store_errors = Counter(
+            "timer_store_errors", "Store operations that failed", ["operation"], registry=r
+        )
+
+    # -- API
+    def job_created(self, biz_type: str, count: int = 1) -> None:
+        self._created.labels(biz_type).inc(count)
+
+    # -- daemon
+    def job_dispatched(self, biz_type: str, lateness_s: float) -> None:
+        self._dispatched.labels(biz_type).inc()
+        self._dispatch_lateness.labels(biz_type).observe(max(0.0, lateness_s))
+
+    def scan_lag(self, seconds: float) -> None:
+        self._scan_lag.set(max(0.0, seconds))
+
+    def leader(self, is_leader: bool) -> None:
+        previous = self._leader._value.get()  # type: ignore[attr-defined]
+        if bool(previous) != is_leader:
+            self._lease_changes.labels("acquired" if is_leader else "lost").inc()
+        self._leader.set(1 if is_leader else 0)
+
+    def publish_failed(self) -> None:
+        self._publish_failures.inc()
+
+    def job_reconciled(self, biz_type: str) -> None:
+        self._reconciled.labels(biz_type).inc()
+
+    # -- broker
+    def callback_sent(self, biz_type: str, attempt: int, lateness_s: float) -> None:
+        if attempt == 1:
+            self._delivery_lateness.labels(biz_type).observe(max(0.0, lateness_s))
+
+    def callback_outcome(self, biz_type: str, outcome: str, duration_s: float) -> None:
+        self._callbacks.labels(biz_type, outcome).inc()
+        self._callback_duration.labels(biz_type).observe(duration_s)
+
+    def rate_limited(self, biz_type: str) -> None:
+        self._rate_limited.labels(biz_type).inc()
+
+    def message_dropped(self, biz_type: str) -> None:
+        self._dropped.labels(biz_type).inc()
+
+    # -- schedules
+    def schedule_run(self, biz_type: str) -> None:
+        self._schedule_runs.labels(biz_type).inc()
+
+    # -- any
+    def store_error(self, operation: str) -> None:
+        self._store_errors.labels(operation).inc()

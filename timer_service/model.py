@@ -1,0 +1,201 @@
+"""The domain: jobs, their states and attempts, biz types and retry policy. No I/O."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from timer_service.constants import DEFAULT_RETRY
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    DISPATCHED = "dispatched"
+    DELIVERED = "delivered"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATES = frozenset({JobState.DELIVERED, JobState.DEAD, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.DISPATCHED})
+
+
+def job_key(biz_type: str, job_id: str) -> str:
+    """The identity as one string; unambiguous because biz types never hold '/'."""
+    return f"{biz_type}/{job_id}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    biz_type, _, job_id = key.partition("/")
+    return biz_type, job_id
+
+
+def encode_payload(payload: Any) -> str:
+    """Payloads are kept as their compact JSON text: exact, opaque to the store."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def same_payload(a_json: str, b_json: str) -> bool:
+    if a_json == b_json:
+        return True
+    return canonical_json(a_json) == canonical_json(b_json)
+
+
+def canonical_json(text: str) -> str:
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+
+def second_of(ms: int) -> int:
+    return ms // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    attempt: int
+    at: int
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "at": self.at,
+            "status_code": self.status_code,
+            "error": self.error,
+            "duration_ms": self.duration_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Attempt:
+        return cls(d["attempt"], d["at"], d.get("status_code"), d.get("error"), d["duration_ms"])
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    biz_type: str
+    job_id: str
+    due_at: int
+    payload_json: str
+    state: JobState
+    attempts: int
+    next_attempt_at: int | None
+    created_at: int
+    updated_at: int
+    delivered_at: int | None = None
+    last_error: str | None = None
+    history: tuple[Attempt, ...] = ()
+    # Internal bookkeeping, never shown by the API.
+    claim: str | None = None  # token of the dispatch that owns the job now
+    fence: int = 0  # lease token of the daemon that claimed it last
+    claimed_at: int | None = None
+    published: bool = False
+    budget_base: int = 0  # attempts made before the last replay
+
+    @property
+    def key(self) -> str:
+        return job_key(self.biz_type, self.job_id)
+
+    @property
+    def payload(self) -> Any:
+        return json.loads(self.payload_json)
+
+    def to_public(self) -> dict[str, Any]:
+        return {
+            "biz_type": self.biz_type,
+            "job_id": self.job_id,
+            "due_at": self.due_at,
+            "payload": self.payload,
+            "state": self.state.value,
+            "attempts": self.attempts,
+            "next_attempt_at": self.next_attempt_at,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "delivered_at": self.delivered_at,
+            "last_error": self.last_error,
+            "history": [a.to_dict() for a in self.history],
+        }
+
+    def evolve(self, **changes: Any) -> Job:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = DEFAULT_RETRY["max_attempts"]  # type: ignore[assignment]
+    initial_backoff_ms: int = DEFAULT_RETRY["initial_backoff_ms"]  # type: ignore[assignment]
+    max_backoff_ms: int = DEFAULT_RETRY["max_backoff_ms"]  # type: ignore[assignment]
+    multiplier: float = DEFAULT_RETRY["multiplier"]
+
+    def backoff_ms(self, attempt: int) -> int:
+        """Wait after failed attempt number `attempt` (1-based), per CONTRACT."""
+        try:
+            raw = self.initial_backoff_ms * self.multiplier ** (attempt - 1)
+        except OverflowError:
+            return self.max_backoff_ms
+        return int(min(self.max_backoff_ms, raw))
+
+    def capped(self, wait_ms: int) -> int:
+        return max(0, min(self.max_backoff_ms, wait_ms))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_backoff_ms": self.initial_backoff_ms,
+            "max_backoff_ms": self.max_backoff_ms,
+            "multiplier": self.multiplier,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BizType:
+    biz_type: str
+    callback_url: str
+    rate_limit_per_s: float | None = None
+    burst: int = 1
+    max_concurrency: int = 16
+    timeout_ms: int = 10000
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    signing_secret: str | None = None
+    paused: bool = False
+    created_at: int = 0
+    updated_at: int = 0
+
+    def to_public(self) -> dict[str, Any]:
+        return {
+            "biz_type": self.biz_type,
+            "callback_url": self.callback_url,
+            "rate_limit_per_s": self.rate_limit_per_s,
+            "burst": self.burst,
+            "max_concurrency": self.max_concurrency,
+            "timeout_ms": self.timeout_ms,
+            "retry": self.retry.to_dict(),
+            "has_signing_secret": self.signing_secret is not None,
+            "paused": self.paused,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    def to_doc(self) -> dict[str, Any]:
+        doc = self.to_public()
+        del doc["has_signing_secret"]
+        doc["signing_secret"] = self.signing_secret
+        return doc
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> BizType:
+        return cls(
+            biz_type=d["biz_type"],
+            callback_url=d["callback_url"],
+            rate_limit_per_s=d.get("rate_limit_per_s"),
+            burst=d.get("burst", 1),
+            max_concurrency=d.get("max_concurrency", 16),
+            timeout_ms=d.get("timeout_ms", 10000),
+            retry=RetryPolicy(**d.get("retry", {})),
+            signing_secret=d.get("signing_secret"),
+            paused=d.get("paused", False),
+            created_at=d.get("created_at", 0),
+            updated_at=d.get("updated_at", 0),
+        )

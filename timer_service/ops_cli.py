@@ -1,0 +1,257 @@
+"""Operator subcommands of `timer-service`: `jobs ...` and `biz-types ...`, over the REST API.
+
+JSON on stdout by default, a table with `--table`; an error prints its problem document
+on stderr and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from timer_service.client import UNCHANGED, TimerApiError, TimerClient
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+JOB_STATES = ("pending", "dispatched", "delivered", "dead", "cancelled")
+JOB_COLUMNS = (
+    "biz_type", "job_id", "state", "due_at", "attempts", "next_attempt_at", "last_error",
+)  # fmt: skip
+BIZ_TYPE_COLUMNS = (
+    "biz_type", "callback_url", "rate_limit_per_s", "burst", "max_concurrency", "timeout_ms",
+    "paused", "has_signing_secret",
+)  # fmt: skip
+BIZ_TYPE_FLAGS = (
+    "callback_url", "rate_limit_per_s", "burst", "max_concurrency", "timeout_ms",
+    "signing_secret", "paused",
+)  # fmt: skip
+
+Result = BaseModel | list[Any] | None
+Action = Callable[[TimerClient, argparse.Namespace], Result]
+
+
+def make_client() -> TimerClient:
+    """The seam tests replace; the CLI edge is where the environment is read."""
+    url = os.environ.get("TIMER_API_URL") or DEFAULT_API_URL
+    return TimerClient(url, token=os.environ.get("TIMER_API_TOKEN") or None)
+
+
+# --- Argument types ------------------------------------------------------------------------
+
+
+def json_document(text: str) -> Any:
+    return json.loads(text)
+
+
+def json_object(text: str) -> dict[str, Any]:
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
+def due_time(text: str) -> int | str:
+    """Epoch ms, or an RFC 3339 time with offset passed on for the server to read."""
+    return int(text) if text.isdigit() else text
+
+
+# --- Actions -------------------------------------------------------------------------------
+
+
+def _get_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.get_job(args.biz_type, args.job_id)
+
+
+def _list_jobs(client: TimerClient, args: argparse.Namespace) -> Result:
+    jobs = client.list_jobs(args.biz_type, args.state, args.page_size)
+    return list(islice(jobs, args.max_items))
+
+
+def _cancel_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.cancel_job(args.biz_type, args.job_id)
+
+
+def _reschedule_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.reschedule_job(
+        args.biz_type, args.job_id, due_at=args.due_at, delay_ms=args.delay_ms, payload=args.payload
+    )
+
+
+def _replay_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.replay_job(args.biz_type, args.job_id)
+
+
+def _list_biz_types(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.list_biz_types()
+
+
+def _get_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.get_biz_type(args.biz_type)
+
+
+def _put_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
+    config = dict(args.json or {})
+    config.update(
+        {flag: getattr(args, flag) for flag in BIZ_TYPE_FLAGS if getattr(args, flag) is not None}
+    )
+    return client.put_biz_type(args.biz_type, **config)
+
+
+def _delete_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
+    client.delete_biz_type(args.biz_type)
+    return None
+
+
+# --- Output --------------------------------------------------------------------------------
+
+
+def _plain(result: Result) -> Any:
+    if isinstance(result, list):
+        return [_plain(item) for item in result]
+    if isinstance(result, BaseModel):
+        return result.model_dump(mode="json")
+    return result
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if column.endswith("_at") and isinstance(value, int):
+        when = datetime.fromtimestamp(value / 1000, UTC)
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return str(value)
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    cells = [list(columns)] + [[_cell(c, row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in cells
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _emit(result: Result, columns: Sequence[str], table: bool) -> None:
+    if result is None:
+        return
+    doc = _plain(result)
+    if table:
+        print(render_table(doc if isinstance(doc, list) else [doc], columns))
+    else:
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def _print_problem(problem: dict[str, Any]) -> None:
+    print(json.dumps(problem, indent=2, ensure_ascii=False), file=sys.stderr)
+
+
+def _handler(action: Action, columns: Sequence[str]) -> Callable[[argparse.Namespace], int]:
+    def handle(args: argparse.Namespace) -> int:
+        try:
+            with make_client() as client:
+                result = action(client, args)
+        except TimerApiError as exc:
+            _print_problem(exc.problem)
+            return 1
+        except httpx.HTTPError as exc:
+            _print_problem({"title": "timer service unreachable", "detail": f"{exc!r}"})
+            return 1
+        _emit(result, columns, args.table)
+        return 0
+
+    return handle
+
+
+# --- Parsers -------------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--table", action="store_true", help="a readable table instead of JSON")
+    _register_jobs(subparsers, output)
+    _register_biz_types(subparsers, output)
+
+
+def _leaf(
+    group: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    output: argparse.ArgumentParser,
+    action: Action,
+    columns: Sequence[str],
+) -> argparse.ArgumentParser:
+    parser = group.add_parser(name, help=help_text, parents=[output])
+    parser.set_defaults(handler=_handler(action, columns))
+    return parser
+
+
+def _identity(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("biz_type")
+    parser.add_argument("job_id")
+    return parser
+
+
+def _register_jobs(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    output: argparse.ArgumentParser,
+) -> None:
+    jobs = subparsers.add_parser("jobs", help="inspect and steer jobs (TIMER_API_URL)")
+    group = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    _identity(_leaf(group, "get", "show one job", output, _get_job, JOB_COLUMNS))
+    _identity(_leaf(group, "cancel", "cancel a job", output, _cancel_job, JOB_COLUMNS))
+    _identity(_leaf(group, "replay", "retry a dead job", output, _replay_job, JOB_COLUMNS))
+
+    listing = _leaf(group, "list", "list jobs, all pages", output, _list_jobs, JOB_COLUMNS)
+    listing.add_argument("--biz-type")
+    listing.add_argument("--state", choices=JOB_STATES)
+    listing.add_argument("--page-size", type=int, default=100)
+    listing.add_argument("--max-items", type=int, default=None, help="stop after this many")
+
+    reschedule = _identity(
+        _leaf(group, "reschedule", "move a pending job", output, _reschedule_job, JOB_COLUMNS)
+    )
+    when = reschedule.add_mutually_exclusive_group(required=True)
+    when.add_argument("--due-at", type=due_time, help="epoch ms or RFC 3339 with offset")
+    when.add_argument("--delay-ms", type=int)
+    reschedule.add_argument(
+        "--payload", type=json_document, default=UNCHANGED, help="new payload as JSON"
+    )
+
+
+def _register_biz_types(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    output: argparse.ArgumentParser,
+) -> None:
+    biz_types = subparsers.add_parser("biz-types", help="business type configs (TIMER_API_URL)")
+    group = biz_types.add_subparsers(dest="biz_types_command", required=True, metavar="ACTION")
+    _leaf(group, "list", "list biz types", output, _list_biz_types, BIZ_TYPE_COLUMNS)
+    get = _leaf(group, "get", "show one biz type", output, _get_biz_type, BIZ_TYPE_COLUMNS)
+    get.add_argument("biz_type")
+    delete = _leaf(group, "delete", "delete a biz type", output, _delete_biz_type, ())
+    delete.add_argument("biz_type")
+
+    put = _leaf(
+        group,
+        "put",
+        "create or replace a biz type: the whole config (unset fields take their defaults)",
+        output,
+        _put_biz_type,
+        BIZ_TYPE_COLUMNS,
+    )
+    put.add_argument("biz_type")
+    put.add_argument("--json", type=json_object, help="the config as JSON; flags override it")
+    put.add_argument("--callback-url")
+    put.add_argument("--rate-limit-per-s", type=float)
+    put.add_argument("--burst", type=int)
+    put.add_argument("--max-concurrency", type=int)
+    put.add_argument("--timeout-ms", type=int)
+    put.add_argument("--signing-secret")
+    put.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)

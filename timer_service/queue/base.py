@@ -1,0 +1,86 @@
+"""The dispatch-queue port: the daemon publishes claimed jobs, the broker consumes them.
+
+Topology (RabbitMQ adapter): one durable direct exchange ``{prefix}.dispatch``
+and per biz type one durable quorum queue ``{prefix}.biz.{biz_type}`` with
+single-active-consumer, bound by the biz type as routing key. One consumer at a
+time across all brokers owns a biz type's stream, so its rate limit and
+in-flight cap are enforced in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from timer_service.store.base import Claimed
+
+
+def encode(job: Claimed) -> bytes:
+    return json.dumps(
+        {
+            "biz_type": job.biz_type,
+            "job_id": job.job_id,
+            "second": job.second,
+            "due_at": job.due_at,
+            "next_attempt_at": job.next_attempt_at,
+            "attempt": job.attempt,
+            "claim": job.claim,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode(body: bytes) -> Claimed:
+    d = json.loads(body)
+    return Claimed(
+        biz_type=d["biz_type"],
+        job_id=d["job_id"],
+        second=d["second"],
+        due_at=d["due_at"],
+        next_attempt_at=d["next_attempt_at"],
+        attempt=d["attempt"],
+        claim=d["claim"],
+    )
+
+
+class Delivery(Protocol):
+    job: Claimed
+    redelivered: bool
+
+    async def ack(self) -> None: ...
+
+    async def requeue(self) -> None:
+        """Hand the message back to the queue (another consumer may take it)."""
+
+    async def drop(self) -> None:
+        """Reject without requeue: the message is unreadable."""
+
+
+class Consumer(Protocol):
+    async def cancel(self) -> None:
+        """Stop receiving; unacked messages go back to the queue on close."""
+
+
+Handler = Callable[[Delivery], Awaitable[None]]
+
+
+class DispatchQueue(Protocol):
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise if the queue backend does not answer."""
+
+    async def ensure_biz(self, biz_type: str) -> None:
+        """Declare the biz type's queue and binding; idempotent and cached."""
+
+    async def publish(self, jobs: Sequence[Claimed]) -> None:
+        """Publish all, confirmed by the backend; raise if any was not confirmed."""
+
+    async def consume(self, biz_type: str, handler: Handler, prefetch: int) -> Consumer:
+        """Deliver the biz type's messages to `handler` (manual ack)."""
+
+    async def queue_depth(self, biz_type: str) -> int | None:
+        """Messages ready in the biz type's queue, or None when unknown."""

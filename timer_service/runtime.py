@@ -1,0 +1,85 @@
+"""Running a process until SIGTERM/SIGINT, then shutting it down cleanly (exit 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
+    """Run `main(stop)`; SIGTERM/SIGINT set `stop`, and `main` returns after cleanup."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+        await main(stop)
+
+    try:
+        asyncio.run(runner())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def cancel_and_wait(
+    tasks: Iterable[asyncio.Future[Any]], timeout_s: float, owner: str
+) -> None:
+    """Cancel `tasks` and wait for them, at most `timeout_s`.
+
+    A task that swallows its cancellation or waits on a peer that never answers (a
+    driver awaiting a reply on a dead connection, say) is logged and left behind, so
+    that shutdown goes on: closing the clients afterwards ends such tasks.
+    """
+    tasks = [t for t in tasks if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        name = task.get_name() if isinstance(task, asyncio.Task) else repr(task)
+        log.warning(
+            "task did not stop in time; left behind",
+            extra={"owner": owner, "task": name, "waited_s": timeout_s},
+        )
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: a failure on the way out is not news
+
+
+def freeze_startup_heap() -> None:
+    """Call once startup is done: collect, then move every object alive now (modules,
+    clients, settings) out of the collector's reach, and collect less often.
+
+    A full collection stops the event loop, and with it every send due meanwhile:
+    52-93 ms three times per 20 s at 500 jobs/s with the defaults. Frozen, a full
+    collection scans only what the running service allocates; with young collections
+    every 10,000 net allocations (not 700) and full ones 10x rarer, the delivery
+    lateness p99 at 500 jobs/s went from 20.8 ms to 4.5 ms (bench/lateness_bench.py).
+    Almost everything the service frees goes by reference counting, not the collector.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 100)
+
+
+def dump_tasks() -> None:
+    """SIGUSR1: print every asyncio task's stack to stderr, to see where a process waits."""
+    out = io.StringIO()
+    tasks = asyncio.all_tasks()
+    out.write(f"--- {len(tasks)} asyncio tasks\n")
+    for task in tasks:
+        task.print_stack(limit=12, file=out)
+    sys.stderr.write(out.getvalue())
+    sys.stderr.flush()
