@@ -1,0 +1,5 @@
+import sys
+
+from daemon.app import run
+
+sys.exit(run())

@@ -1,0 +1,305 @@
+"""The daemon process: lease, scan loop, watch and reconciler as tasks; `run()` for the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+
+from daemon.lease import LeaseKeeper
+from daemon.publisher import ClaimTokens, Publisher
+from daemon.reconciler import Reconciler
+from daemon.scanner import ScanConfig, Scanner
+from daemon.schedule_hook import ScheduleHook
+from timer_service.clock import Clock, SystemClock
+from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.metrics import Metrics
+from timer_service.queue.base import DispatchQueue
+from timer_service.runtime import cancel_and_wait, freeze_startup_heap
+from timer_service.scheduling import default_scheduler
+from timer_service.settings import Settings
+from timer_service.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+ERROR_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+WATCH_RETRY_MAX_S = 30.0
+SCHEDULE_REPAIR_EVERY_MS = 300_000
+
+
+def default_holder_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Daemon:
+    def __init__(
+        self,
+        settings: Settings,
+        store: JobStore,
+        queue: DispatchQueue,
+        metrics: Metrics,
+        clock: Clock,
+        holder_id: str | None = None,
+        scan_config: ScanConfig | None = None,
+        schedule_hook: ScheduleHook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.queue = queue
+        self.metrics = metrics
+        self.clock = clock
+        self.holder_id = holder_id or default_holder_id()
+        claims = ClaimTokens(self.holder_id)
+        self.lease = LeaseKeeper(
+            store, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
+        )
+        self.publisher = Publisher(queue, store, metrics, clock, settings.publish_batch)
+        self.schedule_hook = schedule_hook
+        self.publisher.on_published = schedule_hook
+        self._schedules_repaired_ms: int | None = None
+        self.scanner = Scanner(
+            scan_config or ScanConfig.from_settings(settings),
+            store,
+            self.publisher,
+            self.lease,
+            clock,
+            metrics,
+            claims,
+        )
+        self.reconciler = Reconciler(
+            store, self.publisher, self.lease, clock, metrics, claims, settings.reconcile_after_ms
+        )
+        self._lease_event = asyncio.Event()
+        self._watch_wakeup = asyncio.Event()
+        self._stop_watch = asyncio.Event()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
+
+    # -- for the API in dev mode, and tests ------------------------------------------
+    def nudge(self, second: int) -> None:
+        self.scanner.nudge(second)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.lease.is_leader
+
+    @property
+    def fence(self) -> int | None:
+        return self.lease.fence
+
+    async def step(self) -> None:
+        """One round of everything, no waiting: what the tests drive with a FakeClock."""
+        await self.lease.tick()
+        await self.scanner.run_once()
+        await self.publisher.drain()
+        await self.reconciler.maybe_run(self.scanner.last_claim_ms)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._ensure_topology()
+        self._watch_task = asyncio.create_task(self._watch_loop(), name="daemon-watch")
+        self._tasks = [
+            asyncio.create_task(self._lease_loop(), name="daemon-lease"),
+            asyncio.create_task(self._scan_loop(), name="daemon-scan"),
+            self._watch_task,
+            asyncio.create_task(self._reconcile_loop(), name="daemon-reconcile"),
+        ]
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        # The watch ends by itself between two getMores; then cancel the rest.
+        self._stop_watch.set()
+        self._watch_wakeup.set()
+        if self._watch_task is not None:
+            await asyncio.wait([self._watch_task], timeout=TASK_STOP_TIMEOUT_S)
+        await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "daemon")
+        self._tasks = []
+        # Publish what was claimed before handing the lease over (bounded by the grace).
+        await self.publisher.close(self.settings.shutdown_grace_s)
+        if self.schedule_hook is not None:
+            await self.schedule_hook.drain()
+        await self.lease.release()
+
+    def _lease_changed(self) -> None:
+        self.scanner.wake.set()
+        self._lease_event.set()
+        self._watch_wakeup.set()
+
+    async def _ensure_topology(self) -> None:
+        try:
+            for biz in await self.store.list_biz_types():
+                await self.queue.ensure_biz(biz.biz_type)
+        except Exception as exc:  # publish declares what is missing anyway
+            log.warning("could not declare queues at start", extra={"error": repr(exc)})
+
+    # -- loops -------------------------------------------------------------------------------
+    async def _lease_loop(self) -> None:
+        while True:
+            try:
+                await self.lease.tick()
+            except Exception:  # the keeper handles store errors; stay alive
+                log.exception("lease tick failed")
+            await self._sleep_until(self.lease.next_action_ms(), self._lease_event)
+
+    async def _scan_loop(self) -> None:
+        failures = 0
+        while True:
+            try:
+                wake_ms = await self.scanner.run_once()
+                failures = 0
+            except Exception as exc:  # store hiccup: back off and go on
+                self.metrics.store_error("scan")
+                log.warning("scan iteration failed", extra={"error": repr(exc)})
+                await asyncio.sleep(ERROR_BACKOFF_S[min(failures, len(ERROR_BACKOFF_S) - 1)])
+                failures += 1
+                continue
+            await self._sleep_until(wake_ms, self.scanner.wake)
+
+    async def _watch_loop(self) -> None:
+        """Feed change-stream events to the scanner; on error the scanner's safety poll
+        covers the gap while the watch is retried with backoff."""
+        delay_s = 0.5
+        while not self._stop_watch.is_set():
+            if not self.lease.is_leader:
+                # A standby keeps no change stream open (each costs the store work on
+                # every write); taking the lease loads everything anyway.
+                self._watch_wakeup.clear()
+                await self._watch_wakeup.wait()
+                continue
+            try:
+                async for second in self.store.watch_seconds(self._stop_watch):
+                    self.scanner.nudge(second)
+                    delay_s = 0.5
+                    if not self.lease.is_leader:
+                        break
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # fall back to polling, retry later
+                log.warning(
+                    "watch failed; safety poll only until it is back",
+                    extra={"error": repr(exc), "retry_in_s": delay_s},
+                )
+            await asyncio.sleep(delay_s)
+            delay_s = min(WATCH_RETRY_MAX_S, delay_s * 2)
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            try:
+                await self.reconciler.maybe_run(self.scanner.last_claim_ms)
+            except Exception as exc:  # next interval tries again
+                self.metrics.store_error("reconcile")
+                log.warning("reconcile failed", extra={"error": repr(exc)})
+            await self._repair_schedules()
+            wake_ms = self.reconciler.next_sweep_ms()
+            if not self.lease.is_leader:
+                wake_ms = self.clock.now_ms() + self.settings.lease_ttl_ms
+            await self._sleep_until(wake_ms, self._lease_event)
+
+    async def _repair_schedules(self) -> None:
+        """Right after taking the lease, then every few minutes while leading: mend
+        schedules whose advance was lost (a crash between dispatch and advance)."""
+        if self.schedule_hook is None:
+            return
+        if not self.lease.is_leader:
+            self._schedules_repaired_ms = None
+            return
+        now = self.clock.now_ms()
+        last = self._schedules_repaired_ms
+        if last is None or now - last >= SCHEDULE_REPAIR_EVERY_MS:
+            self._schedules_repaired_ms = now
+            await self.schedule_hook.repair()
+
+    async def _sleep_until(self, wake_ms: int, event: asyncio.Event) -> None:
+        delay_s = (wake_ms - self.clock.now_ms()) / 1000
+        if delay_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), delay_s)
+        else:
+            await asyncio.sleep(0)  # always yield: a loop that is due again must not starve others
+        event.clear()
+
+
+# -- the process ------------------------------------------------------------------------------
+
+
+def run() -> int:
+    """`timer-service daemon` / `python -m daemon`: runs until SIGTERM/SIGINT, exit 0."""
+    from timer_service.logs import setup_logging
+    from timer_service.runtime import run_until_signal
+
+    settings = Settings()  # type: ignore[call-arg]  # fields come from the environment
+    setup_logging(settings.log_level)
+    return run_until_signal(lambda stop: serve(settings, stop))
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+    from timer_service import wiring
+    from timer_service.ops_http import OpsServer
+
+    async def retried(what: str, call: Callable[[], Awaitable[None]]) -> None:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential(multiplier=0.2, max=5),
+            before_sleep=lambda s: log.warning(
+                f"{what} failed, retrying",
+                extra={"error": repr(s.outcome.exception() if s.outcome else None)},
+            ),
+            reraise=True,
+        ):
+            with attempt:
+                await call()
+
+    metrics = Metrics()
+    store = wiring.mongo_store(settings)
+    queue = wiring.amqp_queue(settings)
+
+    async def ready() -> None:
+        await store.ping()
+        await queue.ping()
+
+    ops = OpsServer(settings.metrics_host, settings.metrics_port or 9101, metrics.registry, ready)
+    await ops.start()
+    daemon: Daemon | None = None
+    try:
+        # Infrastructure may come up after us: retry until it answers or we are told to stop.
+        startup: asyncio.Future[object] = asyncio.ensure_future(
+            asyncio.gather(
+                retried("store setup", store.setup), retried("queue connect", queue.connect)
+            )
+        )
+        stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([startup, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not startup.done():
+            startup.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await startup
+            return
+        stopping.cancel()
+        startup.result()
+        clock = SystemClock()
+        scheduler = default_scheduler(store, metrics, clock)
+        daemon = Daemon(
+            settings, store, queue, metrics, clock, schedule_hook=ScheduleHook(scheduler)
+        )
+        await daemon.start()
+        freeze_startup_heap()
+        log.info("daemon started", extra={"holder": daemon.holder_id})
+        await stop.wait()
+        log.info("daemon stopping")
+    finally:
+        if daemon is not None:
+            await daemon.stop()
+        await queue.close()
+        await store.close()
+        await ops.stop()
+        log.info("daemon stopped")

@@ -1,0 +1,169 @@
+"""Publishing claimed jobs: chunks, confirms, retries, then `mark_published`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+
+from timer_service.clock import Clock
+from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.metrics import Metrics
+from timer_service.queue.base import DispatchQueue
+from timer_service.runtime import cancel_and_wait
+from timer_service.store.base import Claimed, JobStore
+
+log = logging.getLogger(__name__)
+
+
+class ClaimTokens:
+    """Unique claim tokens: this daemon's short id, its fence, a counter."""
+
+    def __init__(self, holder: str) -> None:
+        self._prefix = f"{uuid.uuid5(uuid.NAMESPACE_OID, holder).hex[:8]}{uuid.uuid4().hex[:4]}"
+        self._counter = itertools.count(1)
+
+    def next(self, fence: int) -> str:
+        return f"{self._prefix}.{fence}.{next(self._counter)}"
+
+
+class Publisher:
+    def __init__(
+        self,
+        queue: DispatchQueue,
+        store: JobStore,
+        metrics: Metrics,
+        clock: Clock,
+        batch: int,
+        retry_max_wait_s: float = 2.0,
+    ) -> None:
+        self._queue = queue
+        self._store = store
+        self._metrics = metrics
+        self._clock = clock
+        self._batch = batch
+        self._retry_max_wait_s = retry_max_wait_s
+        # Told of every confirmed chunk (recurring schedules create their next
+        # occurrence there); must not raise and must return quickly.
+        self.on_published: Callable[[Sequence[Claimed]], Awaitable[None]] | None = None
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._backlogs: dict[str, list[tuple[Sequence[Claimed], Callable[[], bool]]]] = {}
+
+    def submit(self, jobs: Sequence[Claimed], keep_trying: Callable[[], bool]) -> None:
+        """Hand claimed jobs to one publishing worker per biz type and return at once.
+
+        A herd of one biz type (100,000 jobs due in one second) takes seconds to
+        publish; awaited in the scan loop it would hold back every other biz
+        type's claims behind it. With a worker per biz type the herd publishes
+        beside the others, not in front of them.
+        """
+        by_biz: dict[str, list[Claimed]] = {}
+        for job in jobs:
+            by_biz.setdefault(job.biz_type, []).append(job)
+        for biz_type, items in by_biz.items():
+            backlog = self._backlogs.setdefault(biz_type, [])
+            backlog.append((items, keep_trying))
+            worker = self._workers.get(biz_type)
+            if worker is None or worker.done():
+                self._workers[biz_type] = asyncio.create_task(
+                    self._work(biz_type), name=f"publish-{biz_type}"
+                )
+
+    async def _work(self, biz_type: str) -> None:
+        backlog = self._backlogs[biz_type]
+        while backlog:
+            items, keep_trying = backlog.pop(0)
+            try:
+                await self.publish(items, keep_trying)
+            except Exception:  # publish() retries itself; this is a bug guard
+                log.exception("publishing failed", extra={"biz_type": biz_type})
+        self._backlogs.pop(biz_type, None)
+        self._workers.pop(biz_type, None)
+
+    async def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait for submitted jobs to be published; True when nothing is left."""
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        while self._workers:
+            remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if remaining is not None and remaining <= 0:
+                return False
+            await asyncio.wait(list(self._workers.values()), timeout=remaining)
+        return True
+
+    async def close(self, grace_s: float) -> None:
+        """Finish what was submitted within `grace_s`, then stop; what is left stays
+        claimed and unpublished, for the reconciler of the next leader."""
+        await self.drain(grace_s)
+        await cancel_and_wait(self._workers.values(), TASK_STOP_TIMEOUT_S, "publisher")
+        self._workers.clear()
+        self._backlogs.clear()
+
+    async def publish(self, jobs: Sequence[Claimed], keep_trying: Callable[[], bool]) -> bool:
+        """Publish and record; True when all were confirmed.
+
+        A failed chunk is retried while `keep_trying()` (this daemon still
+        leads). Given up, the jobs stay dispatched and unpublished: the
+        reconciler of whichever daemon leads then publishes them again.
+        """
+        for start in range(0, len(jobs), self._batch):
+            chunk = jobs[start : start + self._batch]
+            if not await self._publish_chunk(chunk, keep_trying):
+                return False
+            published_at = self._clock.now_ms()
+            for job in chunk:
+                self._metrics.job_dispatched(
+                    job.biz_type, (published_at - job.next_attempt_at) / 1000
+                )
+            await self._mark_published(chunk)
+            if self.on_published is not None:
+                await self.on_published(chunk)
+        return True
+
+    async def _publish_chunk(
+        self, chunk: Sequence[Claimed], keep_trying: Callable[[], bool]
+    ) -> bool:
+        def stop(_: RetryCallState) -> bool:
+            return not keep_trying()
+
+        def before_sleep(state: RetryCallState) -> None:
+            self._metrics.publish_failed()
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "publish not confirmed, retrying",
+                extra={"jobs": len(chunk), "attempt": state.attempt_number, "error": repr(exc)},
+            )
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential(multiplier=0.05, max=self._retry_max_wait_s),
+            stop=stop,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self._queue.publish(chunk)
+        except Exception as exc:  # no longer leader: leave it to the reconciler
+            self._metrics.publish_failed()
+            log.warning(
+                "publish given up: no longer leader",
+                extra={"jobs": len(chunk), "error": repr(exc)},
+            )
+            return False
+        return True
+
+    async def _mark_published(self, chunk: Sequence[Claimed]) -> None:
+        for second, claim in dict.fromkeys((job.second, job.claim) for job in chunk):
+            try:
+                await self._store.mark_published(second, claim)
+            except Exception as exc:  # only costs a spare republish later
+                self._metrics.store_error("mark_published")
+                log.warning(
+                    "mark_published failed",
+                    extra={"second": second, "claim": claim, "error": repr(exc)},
+                )

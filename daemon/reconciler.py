@@ -1,0 +1,151 @@
+"""Republishing jobs left `dispatched` with no outcome: what makes delivery at-least-once.
+
+Two kinds of stale jobs, claimed more than `reconcile_after_ms` ago:
+
+- never confirmed by the queue (`published` false): a daemon died between
+  claim and publish, or gave up publishing. Always republished.
+- published, but no outcome yet: republished only when no live broker says
+  it holds messages of that biz type. A held biz type (backlog, pause, rate
+  limit) has its message safe in the queue; another copy would only pile up
+  stale duplicates for the broker to drop.
+
+A reclaim moves the job to a new claim first, so the broker drops the old
+message if it ever turns up: at most one callback, except across a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+from daemon.lease import LeaseKeeper, Term
+from daemon.publisher import ClaimTokens, Publisher
+from timer_service.clock import Clock
+from timer_service.metrics import Metrics
+from timer_service.model import Job
+from timer_service.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store: JobStore,
+        publisher: Publisher,
+        lease: LeaseKeeper,
+        clock: Clock,
+        metrics: Metrics,
+        claims: ClaimTokens,
+        reconcile_after_ms: int,
+        page: int = 1000,
+        max_pages: int = 10,
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._lease = lease
+        self._clock = clock
+        self._metrics = metrics
+        self._claims = claims
+        self.reconcile_after_ms = reconcile_after_ms
+        self.interval_ms = max(1, reconcile_after_ms // 4)
+        self._page = page
+        self._max_pages = max_pages
+        self._term: Term | None = None
+        self._next_sweep_ms = 0
+
+    def next_sweep_ms(self) -> int:
+        return self._next_sweep_ms
+
+    async def maybe_run(self, last_claim_ms: int) -> int:
+        """Sweep if one is due; the number of jobs republished.
+
+        Always once per new term. After that every interval, but only while
+        claims happened lately: a job claimed at T is stale at T + after, so
+        sweeping until the last claim + after + a margin sees every one of them
+        stale at least once, and an idle daemon makes no queries.
+        """
+        term = self._lease.current()
+        if term != self._term:
+            self._term = term
+            self._next_sweep_ms = 0
+        if term is None:
+            return 0
+        now = self._clock.now_ms()
+        if now < self._next_sweep_ms:
+            return 0
+        first = self._next_sweep_ms == 0
+        self._next_sweep_ms = now + self.interval_ms
+        quiet_since_ms = now - last_claim_ms
+        if not first and quiet_since_ms > self.reconcile_after_ms * 3 // 2 + self.interval_ms:
+            return 0
+        return await self.sweep(term, takeover=first)
+
+    async def sweep(self, term: Term, takeover: bool = False) -> int:
+        """Republish dispatched jobs whose message is lost or never went out.
+
+        First the jobs the queue never confirmed, then the published ones of biz types
+        no live broker holds; each query leaves out what would be passed over, so a
+        large held backlog never hides an unpublished job behind a full page.
+
+        On takeover, jobs the previous leader claimed but never saw confirmed
+        (`published` false, an older fence) go out at once, not after `reconcile_after_ms`:
+        that leader is gone or fenced off, and claiming them anew makes any message
+        it still manages to publish a stale one that the notifier drops."""
+        started = self._clock.now_ms()
+
+        def unpublished(job: Job, old_before: int) -> bool:
+            return not takeover or job.fence < term.fence or (job.claimed_at or 0) < old_before
+
+        total = await self._republish(
+            term, started if takeover else None, unpublished, published=False
+        )
+        if self._lease.current() != term:
+            return total
+        held = await self._store.held_biz_types(self._clock.now_ms())
+        total += await self._republish(
+            term, None, lambda job, old_before: True, published=True, skip=held
+        )
+        return total
+
+    async def _republish(
+        self,
+        term: Term,
+        claimed_before_ms: int | None,
+        wanted: Callable[[Job, int], bool],
+        published: bool,
+        skip: Collection[str] = (),
+    ) -> int:
+        """Page through stale dispatched jobs, reclaim and publish them; the count."""
+        total = 0
+        for _ in range(self._max_pages):
+            now = self._clock.now_ms()
+            old_before = now - self.reconcile_after_ms
+            stale = await self._store.find_stale_dispatched(
+                claimed_before_ms if claimed_before_ms is not None else old_before,
+                self._page,
+                published=published,
+                skip_biz_types=skip,
+            )
+            todo = [job for job in stale if wanted(job, old_before)]
+            if not todo or self._lease.current() != term:
+                break
+            claimed = await self._store.reclaim(
+                todo, self._claims.next(term.fence), term.fence, now
+            )
+            if claimed:
+                for job in claimed:
+                    log.info(
+                        "republishing stale dispatched job",
+                        extra={"biz_type": job.biz_type, "job_id": job.job_id},
+                    )
+                if not await self._publisher.publish(
+                    claimed, lambda: self._lease.current() == term
+                ):
+                    break
+                for job in claimed:
+                    self._metrics.job_reconciled(job.biz_type)
+                total += len(claimed)
+            if len(stale) < self._page or not claimed:
+                break
+        return total
