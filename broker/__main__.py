@@ -1,0 +1,5 @@
+import sys
+
+from broker.app import run
+
+sys.exit(run())

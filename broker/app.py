@@ -1,0 +1,243 @@
+"""The broker process: discovers biz types, runs one lane per biz type, heartbeats.
+
+Each biz type's queue is consumed with single-active-consumer, so its lane in
+this process is the only sender for it across all replicas (see broker.lane).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+
+from tenacity import AsyncRetrying, stop_after_delay, wait_exponential
+
+from broker.lane import Lane
+from broker.outcomes import OutcomeWriter
+from broker.sender import Sender
+from timer_service.clock import Clock, SystemClock
+from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.metrics import Metrics
+from timer_service.model import BizType
+from timer_service.queue.base import Consumer, Delivery, DispatchQueue
+from timer_service.runtime import cancel_and_wait, freeze_startup_heap
+from timer_service.settings import Settings
+from timer_service.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+DISCOVER_EVERY_S = 1.0
+HEARTBEAT_EVERY_S = 2.0
+HEARTBEAT_TTL_MS = int(3 * HEARTBEAT_EVERY_S * 1000)
+DEFAULT_METRICS_PORT = 9102
+
+
+class Broker:
+    def __init__(
+        self,
+        settings: Settings,
+        store: JobStore,
+        queue: DispatchQueue,
+        metrics: Metrics,
+        clock: Clock,
+        broker_id: str | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._queue = queue
+        self._metrics = metrics
+        self._clock = clock
+        self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._sender = Sender()
+        self._outcomes = OutcomeWriter(store, metrics, clock)
+        self._lanes: dict[str, Lane] = {}
+        self._consumers: dict[str, Consumer] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._removals: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._stopped = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self._sender.start()
+        self._outcomes.start()
+        with contextlib.suppress(Exception):
+            await self._discover()  # first pass now; failures are retried by the loop
+        self._tasks = [
+            asyncio.create_task(self._every(DISCOVER_EVERY_S, self._discover), name="discover"),
+            asyncio.create_task(self._every(HEARTBEAT_EVERY_S, self._heartbeat), name="heartbeat"),
+        ]
+        log.info("broker started", extra={"broker_id": self.broker_id})
+
+    async def stop(self) -> None:
+        """Finish callbacks in flight and persist their outcomes within the grace period;
+        everything not yet sent goes back to the queue."""
+        if self._stopped or not self._started:
+            self._stopped = True
+            return
+        self._stopped = True
+        deadline = self._clock.monotonic_s() + self._settings.shutdown_grace_s
+        await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "broker")
+        if self._removals:
+            await asyncio.wait(list(self._removals), timeout=TASK_STOP_TIMEOUT_S)
+        lanes = list(self._lanes.values())
+        for lane in lanes:
+            lane.stop_sending()
+        for lane in lanes:
+            await lane.drain(deadline - self._clock.monotonic_s())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                self._outcomes.drained(), max(0.0, deadline - self._clock.monotonic_s())
+            )
+        # Cancelling a consumer hands its unacked (held, unsent) messages back to the
+        # queue; only now, so that outcomes of finished callbacks could still be acked.
+        for biz_type in list(self._consumers):
+            await self._stop_consumer(biz_type)
+        await self._outcomes.stop()
+        for lane in lanes:
+            await lane.close()
+        self._lanes.clear()
+        await self._sender.close()
+        with contextlib.suppress(Exception):
+            await self._store.broker_gone(self.broker_id)
+        log.info("broker stopped", extra={"broker_id": self.broker_id})
+
+    @property
+    def biz_types(self) -> list[str]:
+        return sorted(self._lanes)
+
+    # -- discovery -------------------------------------------------------------------
+    async def _discover(self) -> None:
+        current = {biz.biz_type: biz for biz in await self._store.list_biz_types()}
+        for name, biz in current.items():
+            lane = self._lanes.get(name)
+            if lane is None:
+                await self._add_lane(biz)
+            elif lane.biz != biz:
+                lane.configure(biz)
+                log.info("biz type config applied", extra={"biz_type": name})
+        for name in set(self._lanes) - set(current):
+            # In the background: draining it must not hold up the other biz types.
+            lane = self._lanes.pop(name)
+            consumer = self._consumers.pop(name, None)
+            task = asyncio.create_task(self._remove_lane(name, lane, consumer))
+            self._removals.add(task)
+            task.add_done_callback(self._removals.discard)
+
+    async def _add_lane(self, biz: BizType) -> None:
+        lane = Lane(
+            biz,
+            store=self._store,
+            sender=self._sender,
+            outcomes=self._outcomes,
+            metrics=self._metrics,
+            clock=self._clock,
+        )
+        lane.start()
+        self._lanes[biz.biz_type] = lane
+
+        async def handle(delivery: Delivery) -> None:
+            lane.offer(delivery)
+
+        try:
+            self._consumers[biz.biz_type] = await self._queue.consume(
+                biz.biz_type, handle, prefetch=self._settings.broker_prefetch
+            )
+        except Exception:
+            del self._lanes[biz.biz_type]
+            await lane.close()
+            raise
+        log.info("consuming", extra={"biz_type": biz.biz_type})
+
+    async def _remove_lane(self, name: str, lane: Lane, consumer: Consumer | None) -> None:
+        lane.stop_sending()
+        await lane.drain(self._settings.shutdown_grace_s)
+        await self._cancel(name, consumer)
+        await lane.close()
+        log.info("stopped consuming", extra={"biz_type": name})
+
+    async def _stop_consumer(self, name: str) -> None:
+        await self._cancel(name, self._consumers.pop(name, None))
+
+    async def _cancel(self, name: str, consumer: Consumer | None) -> None:
+        if consumer is not None:
+            try:
+                await consumer.cancel()
+            except Exception as exc:  # a dead channel hands messages back anyway
+                log.warning("consumer cancel failed", extra={"biz_type": name, "error": repr(exc)})
+
+    # -- heartbeat -------------------------------------------------------------------
+    async def _heartbeat(self) -> None:
+        holding = [name for name, lane in self._lanes.items() if lane.holding]
+        await self._store.broker_heartbeat(
+            self.broker_id, holding, self._clock.now_ms() + HEARTBEAT_TTL_MS
+        )
+
+    async def _every(self, interval_s: float, job: object) -> None:
+        assert callable(job)
+        while True:
+            try:
+                await job()
+            except Exception as exc:  # keep going; the next round retries
+                self._metrics.store_error(getattr(job, "__name__", "broker").lstrip("_"))
+                log.warning(
+                    "periodic task failed",
+                    extra={"task": getattr(job, "__name__", ""), "error": repr(exc)},
+                )
+            await asyncio.sleep(interval_s)
+
+
+async def connect_queue(queue: DispatchQueue, give_up_after_s: float = 60.0) -> None:
+    async for attempt in AsyncRetrying(
+        stop=stop_after_delay(give_up_after_s),
+        wait=wait_exponential(multiplier=0.2, max=5.0),
+        reraise=True,
+    ):
+        with attempt:
+            await queue.connect()
+
+
+def run() -> int:
+    """`timer-service broker` / `python -m broker`."""
+    from timer_service import wiring
+    from timer_service.logs import setup_logging
+    from timer_service.ops_http import OpsServer
+    from timer_service.runtime import run_until_signal
+
+    settings = Settings()  # type: ignore[call-arg]  # fields come from the environment
+    setup_logging(settings.log_level)
+
+    async def main(stop: asyncio.Event) -> None:
+        store = wiring.mongo_store(settings)
+        queue = wiring.amqp_queue(settings)
+        await connect_queue(queue)
+        metrics = Metrics()
+
+        async def ready() -> None:
+            await store.ping()
+            await queue.ping()
+
+        ops = OpsServer(
+            settings.metrics_host,
+            settings.metrics_port or DEFAULT_METRICS_PORT,
+            metrics.registry,
+            ready,
+        )
+        broker = Broker(settings, store, queue, metrics, SystemClock())
+        await ops.start()
+        await broker.start()
+        freeze_startup_heap()
+        try:
+            await stop.wait()
+        finally:
+            await broker.stop()
+            await ops.stop()
+            await queue.close()
+            await store.close()
+
+    return run_until_signal(main)

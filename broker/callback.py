@@ -1,0 +1,108 @@
+"""The callback protocol (CONTRACT "Callback protocol"), pure: request, verdict, backoff.
+
+No I/O here: the sender does the HTTP, this module says what to send and what
+the answer means for the job.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+from dataclasses import dataclass
+
+from timer_service.model import Attempt, BizType, Job, RetryPolicy
+from timer_service.signing import sign
+from timer_service.store.base import OutcomeKind
+
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackRequest:
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What came back: a status (and its Retry-After), or an error with no status."""
+
+    status_code: int | None
+    retry_after: str | None = None
+    error: str | None = None  # "timeout", "connection error: ..." when no status came
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    kind: OutcomeKind
+    error: str | None
+    next_attempt_at: int | None = None
+
+
+def build_request(biz: BizType, job: Job, attempt: int, fired_at: int) -> CallbackRequest:
+    """Body and headers of one attempt; the payload goes out as the exact JSON registered."""
+    body = (
+        f'{{"biz_type":{json.dumps(job.biz_type)},"job_id":{json.dumps(job.job_id)},'
+        f'"payload":{job.payload_json},"due_at":{job.due_at},"fired_at":{fired_at},'
+        f'"attempt":{attempt}}}'
+    ).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "Idempotency-Key": f"{job.biz_type}:{job.job_id}",
+        "X-Timer-Attempt": str(attempt),
+        "X-Timer-Timestamp": str(fired_at),
+    }
+    if biz.signing_secret is not None:
+        headers["X-Timer-Signature"] = sign(biz.signing_secret, fired_at, body)
+    return CallbackRequest(body, headers)
+
+
+def is_retryable(status_code: int | None) -> bool:
+    """No status (timeout, connection error), 408, 425, 429 or any 5xx."""
+    return status_code is None or status_code in RETRYABLE_STATUSES or status_code >= 500
+
+
+def parse_retry_after(value: str | None, now_ms: int) -> int | None:
+    """Retry-After as milliseconds from now: delta-seconds or an HTTP date; None if unusable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value) * 1000
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT
+        return None
+    return max(0, int(when.timestamp() * 1000) - now_ms)
+
+
+def retry_wait_ms(policy: RetryPolicy, attempt: int, retry_after: str | None, now_ms: int) -> int:
+    """Retry-After when given and readable, else the backoff; capped by max_backoff_ms."""
+    hinted = parse_retry_after(retry_after, now_ms)
+    if hinted is not None:
+        return policy.capped(hinted)
+    return policy.backoff_ms(attempt)
+
+
+def judge(
+    response: Response, policy: RetryPolicy, attempt: int, budget_base: int, known_at: int
+) -> Verdict:
+    """The job's fate after attempt number `attempt`, its outcome known at `known_at`."""
+    status = response.status_code
+    if status is not None and 200 <= status < 300:
+        return Verdict(OutcomeKind.DELIVERED, None)
+    error = response.error if status is None else f"HTTP {status}"
+    if not is_retryable(status):
+        return Verdict(OutcomeKind.DEAD, error)
+    if attempt - budget_base >= policy.max_attempts:
+        return Verdict(OutcomeKind.DEAD, error)
+    wait_ms = retry_wait_ms(policy, attempt, response.retry_after, known_at)
+    return Verdict(OutcomeKind.RETRY, error, known_at + wait_ms)
+
+
+def attempt_record(
+    attempt: int, fired_at: int, response: Response, verdict: Verdict, duration_ms: int
+) -> Attempt:
+    return Attempt(attempt, fired_at, response.status_code, verdict.error, duration_ms)

@@ -1,0 +1,386 @@
+"""One biz type's stream: hold each message until its moment, check it, send it within limits.
+
+Ownership: every biz type has its own quorum queue with single-active-consumer,
+so at any time one broker across all replicas consumes a biz type's stream.
+That is what makes the token bucket and the in-flight cap below global: they
+live in the one process that owns the stream. Limit: after a failover (the
+owner dies or stops) the new owner's bucket starts full, so one extra burst
+may go out around the handover.
+
+A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
+unacked in ``_held`` (ordered by that moment). Shortly before the moment
+(``CHECK_AHEAD_MS``; up to ``MAX_CHECK_AHEAD_MS`` while the store answers
+slowly) it asks the store, in one batch for all upcoming messages, which jobs are
+still dispatched under their message's claim; it drops the rest, and keeps the
+survivors in ``_ready`` until the wall clock reaches their moment and a token
+and an in-flight slot are free. A paused lane sends nothing and keeps holding.
+
+The window between that check and the send is the only time a cancel can
+race a callback: ~80 ms normally, at most the look-ahead plus ``FRESH_MS``
+when a message waits for the rate limit or a slot (the check is repeated then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import math
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.callback import attempt_record, build_request, judge
+from broker.outcomes import OutcomeWriter, Pending
+from broker.ratelimit import TokenBucket
+from broker.sender import Sender
+from broker.storecalls import retried
+from timer_service.clock import Clock
+from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.metrics import Metrics
+from timer_service.model import BizType, Job, job_key
+from timer_service.queue.base import Delivery
+from timer_service.runtime import cancel_and_wait
+from timer_service.store.base import JobStore, Outcome, OutcomeKind, SendRef
+
+log = logging.getLogger(__name__)
+
+CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
+MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
+FRESH_MS = 250  # a check older than the look-ahead plus this is repeated before sending
+MAX_CHECK_BATCH = 500
+CHECK_GIVE_UP_AFTER_S = 10.0
+
+
+@dataclass(slots=True, eq=False)
+class Held:
+    not_before: int
+    seq: int
+    delivery: Delivery
+    key: str
+    # Other messages of the same dispatch (a re-publish, or a redelivery after a
+    # reconnect whose original channel is gone): they share this one's fate.
+    twins: list[Delivery] = field(default_factory=list)
+    job: Job | None = None
+    checked_at: int = 0
+    limited: bool = False
+    sort_key: tuple[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sort_key = (self.not_before, self.seq)
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        return [self.delivery, *self.twins]
+
+    @property
+    def ref(self) -> SendRef:
+        c = self.delivery.job
+        return SendRef(c.biz_type, c.job_id, c.second, c.claim)
+
+
+class Lane:
+    def __init__(
+        self,
+        biz: BizType,
+        *,
+        store: JobStore,
+        sender: Sender,
+        outcomes: OutcomeWriter,
+        metrics: Metrics,
+        clock: Clock,
+    ) -> None:
+        self.biz = biz
+        self._store = store
+        self._sender = sender
+        self._outcomes = outcomes
+        self._metrics = metrics
+        self._clock = clock
+        self._bucket = TokenBucket(biz.rate_limit_per_s, biz.burst, clock.monotonic_s())
+        self._held: list[Held] = []  # not yet checked, by sort_key
+        self._ready: list[Held] = []  # checked, waiting for moment / token / slot
+        self._checking = 0
+        self._check_ahead_ms = CHECK_AHEAD_MS
+        self._check_ms_avg = 0.0  # moving average of the store's answer time
+        self._in_flight = 0
+        self._unsettled = 0  # sent; outcome not yet persisted and acked
+        self._by_key: dict[str, Held] = {}
+        self._seq = itertools.count()
+        self._sending = True
+        self._check_task: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self._chores: set[asyncio.Task[None]] = set()
+        self._waiter: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"lane-{self.biz.biz_type}")
+
+    def configure(self, biz: BizType) -> None:
+        """Apply a changed config; the next send uses it."""
+        self.biz = biz
+        self._bucket.reconfigure(biz.rate_limit_per_s, biz.burst, self._clock.monotonic_s())
+        self._wake()
+
+    def stop_sending(self) -> None:
+        self._sending = False
+        self._wake()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait for callbacks in flight; True when none is left."""
+        if self._sends:
+            await asyncio.wait(set(self._sends), timeout=max(0.0, timeout_s))
+        return not self._sends
+
+    async def close(self) -> None:
+        """Stop everything; unsettled messages stay unacked for the queue to take back."""
+        tasks = [t for t in (self._task, self._check_task) if t is not None]
+        tasks += list(self._sends) + list(self._chores)
+        await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}")
+
+    @property
+    def holding(self) -> bool:
+        """Messages of this biz type are held, checked, in flight or awaiting their outcome."""
+        return bool(
+            self._held or self._ready or self._checking or self._in_flight or self._unsettled
+        )
+
+    # -- intake -------------------------------------------------------------------
+    def offer(self, delivery: Delivery) -> None:
+        claimed = delivery.job
+        key = job_key(claimed.biz_type, claimed.job_id)
+        twin = self._by_key.get(key)
+        if twin is not None and twin.delivery.job.claim == claimed.claim:
+            # The same dispatch twice: one send is enough; both messages settle together.
+            self._metrics.message_dropped(claimed.biz_type)
+            twin.twins.append(delivery)
+            return
+        item = Held(claimed.next_attempt_at, next(self._seq), delivery, key)
+        self._by_key.setdefault(key, item)
+        _insert(self._held, item)
+        self._wake()
+
+    # -- the loop -------------------------------------------------------------------
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                delay_s = self._step()
+            except Exception:
+                log.exception("lane step failed", extra={"biz_type": self.biz.biz_type})
+                delay_s = 0.1
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            timer = None if delay_s is None else loop.call_later(delay_s, _release, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _step(self) -> float | None:
+        """Send what may go now, start the next check; seconds until the next thing to do."""
+        biz = self.biz
+        if not self._sending or biz.paused:
+            return None
+        now = self._clock.now_ms()
+        mono = self._clock.monotonic_s()
+        wait_ms = math.inf
+        ready = self._ready
+        while ready:
+            item = ready[0]
+            if item.not_before > now:
+                wait_ms = item.not_before - now
+                break
+            if now - item.checked_at > self._check_ahead_ms + FRESH_MS:
+                ready.pop(0)
+                item.job = None
+                _insert(self._held, item)
+                continue
+            if self._in_flight >= biz.max_concurrency:
+                self._note_limited(item)
+                break  # a finishing callback wakes the lane
+            if not self._bucket.try_take(mono):
+                self._note_limited(item)
+                wait_ms = min(wait_ms, self._bucket.wait_s(mono) * 1000)
+                break
+            ready.pop(0)
+            self._start_send(item)
+        held = self._held
+        if held and self._check_task is None:
+            horizon = now + self._check_ahead_ms
+            head = held[0]
+            if head.not_before > horizon:
+                wait_ms = min(wait_ms, head.not_before - horizon)
+            else:
+                budget = min(self._check_budget(mono) - len(ready), MAX_CHECK_BATCH)
+                if budget > 0:
+                    end = bisect.bisect_right(held, (horizon, math.inf), key=_sort_key)
+                    end = min(end, budget)
+                    # One message per job in a batch: the store answers by job key.
+                    batch: list[Held] = []
+                    later: list[Held] = []
+                    keys: set[str] = set()
+                    for item in held[:end]:
+                        (later if item.key in keys else batch).append(item)
+                        keys.add(item.key)
+                    held[:end] = later
+                    self._start_check(batch)
+                elif not ready and not self._bucket.unlimited:
+                    lead_s = self._bucket.wait_s(mono) - self._check_ahead_ms / 1000
+                    wait_ms = min(wait_ms, max(1.0, lead_s * 1000))
+        return None if wait_ms == math.inf else wait_ms / 1000
+
+    def _check_budget(self, mono: float) -> int:
+        """How many upcoming messages could go out within the check-ahead window."""
+        slots = max(0, self.biz.max_concurrency - self._in_flight) + self.biz.max_concurrency
+        tokens = self._bucket.available(mono, self._check_ahead_ms / 1000)
+        return slots if tokens >= slots else min(slots, math.floor(tokens))
+
+    def _note_limited(self, item: Held) -> None:
+        if not item.limited:
+            item.limited = True
+            self._metrics.rate_limited(self.biz.biz_type)
+
+    # -- check -------------------------------------------------------------------------
+    def _start_check(self, batch: list[Held]) -> None:
+        self._checking = len(batch)
+        self._check_task = asyncio.create_task(self._check(batch))
+
+    async def _check(self, batch: list[Held]) -> None:
+        refs = [item.ref for item in batch]
+        asked_at = self._clock.monotonic_s()
+        try:
+            jobs = await retried(
+                "fetch_for_send",
+                lambda: self._store.fetch_for_send(refs),
+                self._metrics,
+                CHECK_GIVE_UP_AFTER_S,
+            )
+        except Exception as exc:  # past the bound: hand the messages back
+            log.error(
+                "send check failed; requeueing",
+                extra={"biz_type": self.biz.biz_type, "count": len(batch), "error": repr(exc)},
+            )
+            for item in batch:
+                self._forget(item)
+                for delivery in item.deliveries:
+                    self._chore(delivery.requeue())
+            return
+        finally:
+            self._checking = 0
+            self._check_task = None
+            self._wake()
+        checked_at = self._clock.now_ms()
+        self._learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
+        for item in batch:
+            job = jobs.get(item.key)
+            # Two messages of one job can share a batch: the result is by job key, so
+            # only the one carrying the job's current claim may go.
+            if job is None or job.claim != item.delivery.job.claim:
+                # Cancelled after publication, a stale duplicate, or already done.
+                self._forget(item)
+                self._metrics.message_dropped(self.biz.biz_type)
+                log.debug(
+                    "dropped",
+                    extra={"biz_type": self.biz.biz_type, "job_id": item.delivery.job.job_id},
+                )
+                for delivery in item.deliveries:
+                    self._chore(delivery.ack())
+                continue
+            item.job = job
+            item.checked_at = checked_at
+            if job.next_attempt_at is not None and job.next_attempt_at > item.not_before:
+                item.not_before = job.next_attempt_at
+                item.sort_key = (item.not_before, item.seq)
+            _insert(self._ready, item)
+
+    def _learn_check_time(self, took_ms: float) -> None:
+        """Look ahead twice the store's usual answer time, so sends stay on time."""
+        self._check_ms_avg = 0.8 * self._check_ms_avg + 0.2 * took_ms
+        wanted = max(CHECK_AHEAD_MS, round(2 * self._check_ms_avg))
+        self._check_ahead_ms = min(MAX_CHECK_AHEAD_MS, wanted)
+
+    # -- send ---------------------------------------------------------------------------
+    def _start_send(self, item: Held) -> None:
+        self._in_flight += 1
+        self._unsettled += 1
+        task = asyncio.create_task(self._send(item))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send(self, item: Held) -> None:
+        biz = self.biz
+        job = item.job
+        assert job is not None
+        attempt = job.attempts + 1
+        fired_at = self._clock.now_ms()
+        request = build_request(biz, job, attempt, fired_at)
+        self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.due_at) / 1000)
+        started = self._clock.monotonic_s()
+        try:
+            response = await self._sender.post(biz.callback_url, request, biz.timeout_ms / 1000)
+        finally:
+            self._in_flight -= 1
+            self._wake()
+        duration_s = max(0.0, self._clock.monotonic_s() - started)
+        known_at = self._clock.now_ms()
+        verdict = judge(response, biz.retry, attempt, job.budget_base, known_at)
+        self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
+        if verdict.kind is not OutcomeKind.DELIVERED:
+            log.info(
+                "callback failed",
+                extra={
+                    "biz_type": biz.biz_type,
+                    "job_id": job.job_id,
+                    "attempt": attempt,
+                    "outcome": verdict.kind.value,
+                    "error": verdict.error,
+                    "next_attempt_at": verdict.next_attempt_at,
+                },
+            )
+        record = attempt_record(attempt, fired_at, response, verdict, round(duration_s * 1000))
+        outcome = Outcome(item.ref, verdict.kind, record, verdict.next_attempt_at)
+        self._outcomes.submit(Pending(outcome, item.deliveries, lambda: self._settled(item)))
+
+    def _settled(self, item: Held) -> None:
+        self._unsettled -= 1
+        self._forget(item)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _forget(self, item: Held) -> None:
+        if self._by_key.get(item.key) is item:
+            del self._by_key[item.key]
+
+    def _chore(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(_quietly(coro, self.biz.biz_type))
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+
+def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:
+    return item.sort_key
+
+
+def _insert(items: list[Held], item: Held) -> None:
+    bisect.insort(items, item, key=_sort_key)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _quietly(coro: Coroutine[Any, Any, None], biz_type: str) -> None:
+    try:
+        await coro
+    except Exception as exc:  # an unsettled message is redelivered later
+        log.warning("could not settle message", extra={"biz_type": biz_type, "error": repr(exc)})

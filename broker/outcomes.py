@@ -1,0 +1,150 @@
+"""Outcomes, batched: persist many in one `record_outcomes`, then ack their messages.
+
+A message is acked only after its outcome is stored. If the store stays down
+past the retry bound, the messages go back to the queue instead: the job is
+still dispatched under the message's claim, so it will be sent again (a
+duplicate across an outage, never a loss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.storecalls import retried
+from timer_service.clock import Clock
+from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.metrics import Metrics
+from timer_service.queue.base import Delivery
+from timer_service.runtime import cancel_and_wait
+from timer_service.store.base import JobStore, Outcome
+
+log = logging.getLogger(__name__)
+
+FLUSH_AFTER_S = 0.002  # gather outcomes this long after the first of a batch
+MAX_BATCH = 500
+MAX_FLUSHES = 4  # batches being written at once: a slow store still gets a pipeline
+GIVE_UP_AFTER_S = 20.0
+
+
+@dataclass(slots=True)
+class Pending:
+    outcome: Outcome
+    deliveries: list[Delivery]  # the job's message (and any duplicates of it)
+    settled: Callable[[], None]  # told once the message is acked or handed back
+
+
+class OutcomeWriter:
+    def __init__(
+        self,
+        store: JobStore,
+        metrics: Metrics,
+        clock: Clock,
+        give_up_after_s: float = GIVE_UP_AFTER_S,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._clock = clock
+        self._give_up_after_s = give_up_after_s
+        self._queue: list[Pending] = []
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._acks: set[asyncio.Task[None]] = set()
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_FLUSHES)
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="broker-outcomes")
+
+    def submit(self, pending: Pending) -> None:
+        self._queue.append(pending)
+        self._idle.clear()
+        self._arrived.set()
+
+    async def drained(self) -> None:
+        """Return once every submitted outcome is persisted and acked (or handed back)."""
+        await self._idle.wait()
+
+    async def stop(self) -> None:
+        """Abandon unpersisted outcomes (their messages stay unacked for the queue to
+        take back); finish acks already under way."""
+        tasks = [t for t in (self._task,) if t is not None] + list(self._flushes)
+        await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, "outcomes")
+        self._task = None
+        if self._acks:
+            await asyncio.wait(list(self._acks), timeout=TASK_STOP_TIMEOUT_S)
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._arrived.clear()
+                self._update_idle()
+                await self._arrived.wait()
+            if len(self._queue) < MAX_BATCH:
+                await asyncio.sleep(FLUSH_AFTER_S)
+            await self._slots.acquire()
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            task = asyncio.create_task(self._flush(batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flushes.discard(task)
+        self._slots.release()
+        self._update_idle()
+
+    def _update_idle(self) -> None:
+        if not self._queue and not self._acks and not self._flushes:
+            self._idle.set()
+
+    async def _flush(self, batch: list[Pending]) -> None:
+        outcomes = [p.outcome for p in batch]
+        try:
+            await retried(
+                "record_outcomes",
+                lambda: self._store.record_outcomes(outcomes, self._clock.now_ms()),
+                self._metrics,
+                self._give_up_after_s,
+            )
+        except Exception as exc:  # past the bound: hand the messages back
+            log.error(
+                "outcomes not persisted; requeueing",
+                extra={"count": len(batch), "error": repr(exc)},
+            )
+            self._settle(batch, persisted=False)
+            return
+        self._settle(batch, persisted=True)
+
+    def _settle(self, batch: list[Pending], *, persisted: bool) -> None:
+        task = asyncio.create_task(_settle_all(batch, persisted))
+        self._acks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._acks.discard(t)
+            self._update_idle()
+
+        task.add_done_callback(done)
+
+
+async def _settle_all(batch: list[Pending], persisted: bool) -> None:
+    for pending in batch:
+        for delivery in pending.deliveries:
+            try:
+                if persisted:
+                    await delivery.ack()
+                else:
+                    await delivery.requeue()
+            except Exception as exc:  # a lost ack is redelivered, then dropped
+                log.warning(
+                    "could not settle message",
+                    extra={
+                        "biz_type": pending.outcome.ref.biz_type,
+                        "job_id": pending.outcome.ref.job_id,
+                        "error": repr(exc),
+                    },
+                )
+        pending.settled()

@@ -1,0 +1,81 @@
+"""Token bucket: at most ``burst + rate_per_s * W`` takes over any window of W seconds.
+
+Pure code; the caller passes monotonic seconds, so tests drive it without sleeping.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Float sums of elapsed time lose ~1e-16 per step; never let that cost a whole token.
+EPSILON = 1e-9
+
+
+class TokenBucket:
+    """A bucket of ``burst`` tokens that starts full and refills at ``rate_per_s``.
+
+    ``rate_per_s=None`` means unlimited: every take succeeds.
+    """
+
+    __slots__ = ("_burst", "_rate_per_s", "_stamp_s", "_tokens")
+
+    def __init__(self, rate_per_s: float | None, burst: int, now_s: float) -> None:
+        self._rate_per_s = rate_per_s
+        self._burst = max(1, burst)
+        self._tokens = float(self._burst)
+        self._stamp_s = now_s
+
+    @property
+    def unlimited(self) -> bool:
+        return self._rate_per_s is None
+
+    def reconfigure(self, rate_per_s: float | None, burst: int, now_s: float) -> None:
+        """Apply a config change; tokens already earned carry over up to the new burst.
+
+        Going from unlimited to limited starts the bucket full, as a new bucket would.
+        """
+        burst = max(1, burst)
+        if rate_per_s == self._rate_per_s and burst == self._burst:
+            return
+        if self._rate_per_s is None:
+            self._tokens = float(burst)
+        else:
+            self._refill(now_s)
+            self._tokens = min(self._tokens, float(burst))
+        self._rate_per_s = rate_per_s
+        self._burst = burst
+        self._stamp_s = now_s
+
+    def try_take(self, now_s: float) -> bool:
+        if self._rate_per_s is None:
+            return True
+        self._refill(now_s)
+        if self._tokens >= 1.0 - EPSILON:
+            self._tokens = max(0.0, self._tokens - 1.0)
+            return True
+        return False
+
+    def wait_s(self, now_s: float) -> float:
+        """Seconds until a take can succeed (0 when it can now)."""
+        if self._rate_per_s is None:
+            return 0.0
+        self._refill(now_s)
+        if self._tokens >= 1.0 - EPSILON:
+            return 0.0
+        if self._rate_per_s <= 0:
+            return math.inf
+        return (1.0 - self._tokens) / self._rate_per_s
+
+    def available(self, now_s: float, ahead_s: float = 0.0) -> float:
+        """Takes that could succeed from now until ``now_s + ahead_s`` (inf if unlimited)."""
+        if self._rate_per_s is None:
+            return math.inf
+        self._refill(now_s)
+        return self._tokens + self._rate_per_s * ahead_s + EPSILON
+
+    def _refill(self, now_s: float) -> None:
+        elapsed = now_s - self._stamp_s
+        if elapsed > 0:
+            assert self._rate_per_s is not None
+            self._tokens = min(float(self._burst), self._tokens + elapsed * self._rate_per_s)
+            self._stamp_s = now_s
