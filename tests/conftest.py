@@ -1,0 +1,65 @@
+"""Fixtures shared by every test layer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.support import AMQP_URL, SecantusServer, secantus_server, unique_name
+from timer_service.clock import FakeClock
+
+
+@pytest.fixture(scope="session")
+def secantus() -> Iterator[SecantusServer]:
+    """One SecantusDB server for the session; each test takes its own database."""
+    with secantus_server() as server:
+        yield server
+
+
+@pytest.fixture
+def mongo_url(secantus: SecantusServer) -> str:
+    return secantus.url
+
+
+@pytest.fixture
+def mongo_db() -> str:
+    return unique_name("db")
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    return AMQP_URL
+
+
+@pytest.fixture
+def queue_prefix() -> str:
+    return unique_name("tq")
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def mongo_store(mongo_url: str, mongo_db: str) -> AsyncIterator[object]:
+    from timer_service.store.mongo import MongoStore
+
+    store = MongoStore(mongo_url, mongo_db, buckets=60, retention_ms=30 * 86_400_000)
+    await store.setup()
+    try:
+        yield store
+    finally:
+        await store.drop_database()
+        await store.close()
+
+
+@pytest.fixture
+async def memory_store() -> AsyncIterator[object]:
+    from timer_service.store.memory import MemoryStore
+
+    store = MemoryStore(buckets=60, retention_ms=30 * 86_400_000)
+    await store.setup()
+    yield store
+    await store.close()

@@ -1,0 +1,101 @@
+"""Under a real run, /metrics of each process shows the contract's metrics with
+sensible values (issue 5)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import Stack
+from tests.e2e.harness import Receiver, now_ms
+from tests.support import unique_name
+
+pytestmark = pytest.mark.e2e
+
+CONTRACT = {
+    "timer_jobs_created": "counter",
+    "timer_jobs_dispatched": "counter",
+    "timer_dispatch_lateness_seconds": "histogram",
+    "timer_delivery_lateness_seconds": "histogram",
+    "timer_callbacks": "counter",
+    "timer_callback_duration_seconds": "histogram",
+    "timer_scan_lag_seconds": "gauge",
+    "timer_daemon_leader": "gauge",
+    "timer_rate_limited": "counter",
+}
+REQUIRED_BUCKETS = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 60.0}
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    r = Receiver()
+    await r.start()
+    yield r
+    await r.stop()
+
+
+def scrape(stack: Stack) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """All samples of every process, by family name."""
+    samples: dict[str, list[tuple[str, dict[str, str], float]]] = defaultdict(list)
+    types: dict[str, str] = {}
+    for service in stack.services.values():
+        for family in text_string_to_metric_families(service.metrics()):
+            types[family.name] = family.type
+            for s in family.samples:
+                samples[family.name].append((s.name, s.labels, s.value))
+    for name, kind in CONTRACT.items():
+        assert types.get(name) == kind, f"{name}: expected a {kind}, got {types.get(name)}"
+    return samples
+
+
+def total(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+    return sum(
+        v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items())
+    )
+
+
+async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver: Receiver) -> None:
+    fast, limited = unique_name("m"), unique_name("rl")
+    jobs = 40
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
+        for biz, extra in ((fast, {}), (limited, {"rate_limit_per_s": 5, "burst": 1})):
+            r = await api.put(f"/v1/biz-types/{biz}", json={"callback_url": receiver.url, **extra})
+            assert r.status_code == 201, r.text
+        due = now_ms() + 1500
+        body = [{"biz_type": fast, "job_id": f"a{i}", "due_at": due + i * 5} for i in range(jobs)]
+        body += [{"biz_type": limited, "job_id": f"b{i}", "due_at": due} for i in range(8)]
+        r = await api.post("/v1/jobs:batch", json={"jobs": body})
+        assert r.status_code == 200, r.text
+    await receiver.wait_for({f"a{i}" for i in range(jobs)} | {f"b{i}" for i in range(8)}, 30)
+
+    m = scrape(stack)
+    assert total(m["timer_jobs_created"], "timer_jobs_created_total", biz_type=fast) == jobs
+    assert total(m["timer_jobs_dispatched"], "timer_jobs_dispatched_total", biz_type=fast) == jobs
+    for hist in (
+        "timer_dispatch_lateness_seconds",
+        "timer_delivery_lateness_seconds",
+        "timer_callback_duration_seconds",
+    ):
+        count = total(m[hist], f"{hist}_count", biz_type=fast)
+        assert count == jobs, f"{hist}: {count} observations, expected {jobs}"
+        buckets = {
+            float(lab["le"])
+            for n, lab, _ in m[hist]
+            if n.endswith("_bucket") and lab["le"] != "+Inf"
+        }
+        assert REQUIRED_BUCKETS <= buckets, f"{hist} lacks buckets {REQUIRED_BUCKETS - buckets}"
+        fine = total(m[hist], f"{hist}_bucket", biz_type=fast, le="1.0")
+        assert fine == jobs, f"{hist}: only {fine} of {jobs} observations under 1 s"
+    delivered = total(
+        m["timer_callbacks"], "timer_callbacks_total", biz_type=fast, outcome="delivered"
+    )
+    assert delivered == jobs
+    assert total(m["timer_rate_limited"], "timer_rate_limited_total", biz_type=limited) > 0
+    leaders = [v for n, _, v in m["timer_daemon_leader"] if n == "timer_daemon_leader"]
+    assert sorted(leaders)[-1] == 1.0, f"no process reports leadership: {leaders}"
+    lag = [v for n, _, v in m["timer_scan_lag_seconds"] if n == "timer_scan_lag_seconds"]
+    assert lag and max(lag) < 5, f"scan lag {lag}"

@@ -1,0 +1,421 @@
+"""The broker against real RabbitMQ, the MongoDB protocol (SecantusDB) and a loopback receiver.
+
+The test plays the daemon (claim + publish, `DaemonStandIn`); brokers run in process
+or as `timer-service broker` subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+import aio_pika
+import pytest
+
+from broker.app import Broker
+from tests.support import AMQP_URL, VENV_BIN, SecantusServer, free_port
+from tests.unit.test_broker_flow import (
+    DaemonStandIn,
+    Received,
+    Receiver,
+    create,
+    fast_retry,
+    now_ms,
+    wait_for_states,
+)
+from timer_service.clock import SystemClock
+from timer_service.metrics import Metrics
+from timer_service.model import BizType, JobState
+from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name
+from timer_service.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+class Env:
+    """One test's world: store, queue, receiver, the daemon stand-in, its biz types."""
+
+    def __init__(
+        self,
+        store: Any,
+        queue: AmqpQueue,
+        receiver: Receiver,
+        prefix: str,
+        mongo_url: str,
+        mongo_db: str,
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.receiver = receiver
+        self.prefix = prefix
+        self.mongo_url = mongo_url
+        self.mongo_db = mongo_db
+        self.daemon = DaemonStandIn(store, queue)
+        self.biz_types: list[str] = []
+        self.processes: list[BrokerProcess] = []
+
+    async def put_biz(self, name: str, **config: Any) -> BizType:
+        biz = BizType(name, self.receiver.url(name), **config)
+        await self.store.put_biz_type(biz)
+        await self.queue.ensure_biz(name)
+        if name not in self.biz_types:
+            self.biz_types.append(name)
+        return biz
+
+    def spawn_broker(self, grace_s: float = 5) -> BrokerProcess:
+        proc = BrokerProcess(self, grace_s)
+        self.processes.append(proc)
+        return proc
+
+
+class BrokerProcess:
+    def __init__(self, env: Env, grace_s: float) -> None:
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="broker-", suffix=".log", delete=False)
+        environ = {
+            **os.environ,
+            "TIMER_MONGO_URL": env.mongo_url,
+            "TIMER_MONGO_DB": env.mongo_db,
+            "TIMER_AMQP_URL": AMQP_URL,
+            "TIMER_QUEUE_PREFIX": env.prefix,
+            "TIMER_METRICS_PORT": str(self.port),
+            "TIMER_SHUTDOWN_GRACE_S": str(grace_s),
+            "TIMER_LOG_LEVEL": "INFO",
+        }
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "timer-service"), "broker"],
+            env=environ,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 20) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"broker exited: {self.output()}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"broker not ready in {timeout_s}s: {self.output()}")
+
+    async def ready(self) -> None:
+        await asyncio.to_thread(self.wait_ready)
+        await asyncio.sleep(0.3)  # its first discovery pass starts the consumers
+
+    def output(self) -> str:
+        with open(self.log.name) as f:
+            return f.read()[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        os.unlink(self.log.name)
+
+
+@pytest.fixture
+async def env(
+    mongo_store: Any, queue_prefix: str, secantus: SecantusServer, mongo_db: str
+) -> AsyncIterator[Env]:
+    queue = AmqpQueue(AMQP_URL, queue_prefix)
+    await queue.connect()
+    receiver = Receiver()
+    await receiver.start()
+    e = Env(mongo_store, queue, receiver, queue_prefix, secantus.url, mongo_db)
+    try:
+        yield e
+    finally:
+        await e.daemon.stop()
+        for proc in e.processes:
+            proc.stop()
+        await receiver.stop()
+        await queue.close()
+        await delete_topology(queue_prefix, e.biz_types)
+
+
+async def delete_topology(prefix: str, biz_types: list[str]) -> None:
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection:
+        for name in [queue_name(prefix, b) for b in biz_types]:
+            channel = await connection.channel()
+            try:
+                await channel.queue_delete(name)
+            except Exception:
+                pass
+        channel = await connection.channel()
+        try:
+            await channel.exchange_delete(exchange_name(prefix))
+        except Exception:
+            pass
+
+
+@pytest.fixture
+async def broker(env: Env) -> AsyncIterator[Broker]:
+    settings = Settings(shutdown_grace_s=5, queue_prefix=env.prefix)  # type: ignore[call-arg]
+    b = Broker(settings, env.store, env.queue, Metrics(), SystemClock(), broker_id="itest")
+    yield b
+    await b.stop()
+
+
+def max_in_window(times_s: list[float], window_s: float) -> int:
+    times_s = sorted(times_s)
+    best, j = 0, 0
+    for i, t in enumerate(times_s):
+        while times_s[j] < t - window_s:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"expected {what} within {timeout_s}s"
+        await asyncio.sleep(0.01)
+
+
+def check_signature(r: Received, secret: str) -> None:
+    body = r.json
+    mac = hmac.new(secret.encode(), f"{body['fired_at']}.".encode() + r.body, hashlib.sha256)
+    expected = "sha256=" + mac.hexdigest()
+    got = r.headers.get("X-Timer-Signature")
+    assert got == expected, f"signature: expected {expected}, got {got}"
+
+
+# -- in-process broker ----------------------------------------------------------------------------
+
+
+async def test_callback_headers_body_and_signature(env: Env, broker: Broker) -> None:
+    await env.put_biz("orders", signing_secret="top-secret")
+    await broker.start()
+    due = now_ms() + 800
+    payload = {"order": 42, "items": [1, 2], "note": "ünïcode"}
+    jobs = await create(env.store, "orders", ["o-1", "o-2"], due, payload=payload)
+    env.daemon.watch([due])
+    assert await env.daemon.dispatch_once() == 2
+    done = await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 10)
+    assert len(env.receiver.received) == 2, f"expected 2 callbacks, got {env.receiver.received}"
+    for r in env.receiver.received:
+        body = r.json
+        expected_keys = {"biz_type", "job_id", "payload", "due_at", "fired_at", "attempt"}
+        assert set(body) == expected_keys, f"expected {expected_keys}, got {set(body)}"
+        assert body["payload"] == payload and body["due_at"] == due and body["attempt"] == 1
+        assert body["fired_at"] >= due, f"early: fired_at {body['fired_at']} < due {due}"
+        assert r.at_ms >= due, f"arrived {due - r.at_ms:.1f} ms early"
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.headers["Content-Length"] == str(len(r.body))
+        assert r.headers["Idempotency-Key"] == f"orders:{body['job_id']}"
+        assert r.headers["X-Timer-Attempt"] == "1"
+        assert r.headers["X-Timer-Timestamp"] == str(body["fired_at"])
+        check_signature(r, "top-secret")
+    for job in done:
+        (attempt,) = job.history
+        fired_at = env.receiver.for_job(job.job_id)[0].json["fired_at"]
+        assert (attempt.at, attempt.status_code) == (fired_at, 200), f"got {attempt}"
+
+
+async def test_500_500_200_delivered_on_attempt_3_with_backoff(env: Env, broker: Broker) -> None:
+    statuses = iter([500, 500, 200])
+    env.receiver.responder = lambda r: (next(statuses), {}, 0.0)
+    await env.put_biz("orders", retry=fast_retry(initial_ms=300))
+    await broker.start()
+    due = now_ms() + 200
+    jobs = await create(env.store, "orders", ["retry-me"], due)
+    env.daemon.watch([due])
+    env.daemon.run(jobs)
+    (job,) = await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 15)
+    got = [(a.attempt, a.status_code, a.error) for a in job.history]
+    assert got == [(1, 500, "HTTP 500"), (2, 500, "HTTP 500"), (3, 200, None)], f"got {got}"
+    arrivals = [r.at_ms for r in env.receiver.for_job("retry-me")]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert len(gaps) == 2 and gaps[0] >= 300 and gaps[1] >= 600, (
+        f"expected gaps >= 300 and >= 600 ms, got {gaps}"
+    )
+    attempts = [r.headers["X-Timer-Attempt"] for r in env.receiver.for_job("retry-me")]
+    assert attempts == ["1", "2", "3"], f"got {attempts}"
+
+
+async def test_400_is_dead_at_once(env: Env, broker: Broker) -> None:
+    env.receiver.responder = lambda r: (400, {}, 0.0)
+    await env.put_biz("orders", retry=fast_retry())
+    await broker.start()
+    due = now_ms()
+    jobs = await create(env.store, "orders", ["bad-request"], due)
+    env.daemon.watch([due])
+    env.daemon.run(jobs)
+    (job,) = await wait_for_states(env.store, jobs, {JobState.DEAD}, 10)
+    got = [(a.status_code, a.error) for a in job.history]
+    assert got == [(400, "HTTP 400")], f"got {got}"
+
+
+async def test_always_503_dead_then_replay_delivers(env: Env, broker: Broker) -> None:
+    answers = {"status": 503}
+    env.receiver.responder = lambda r: (answers["status"], {}, 0.0)
+    await env.put_biz("orders", retry=fast_retry(max_attempts=3, initial_ms=100))
+    await broker.start()
+    due = now_ms()
+    jobs = await create(env.store, "orders", ["flaky"], due)
+    env.daemon.watch([due])
+    env.daemon.run(jobs)
+    (job,) = await wait_for_states(env.store, jobs, {JobState.DEAD}, 15)
+    assert [a.status_code for a in job.history] == [503, 503, 503], f"got {job.history}"
+    answers["status"] = 200
+    replayed = await env.store.replay_job("orders", "flaky", now_ms())
+    assert replayed.next_attempt_at is not None
+    env.daemon.watch([replayed.next_attempt_at])
+    (job,) = await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 10)
+    got = [(a.attempt, a.status_code) for a in job.history]
+    assert got == [(1, 503), (2, 503), (3, 503), (4, 200)], f"got {got}"
+
+
+async def test_retry_after_is_honoured(env: Env, broker: Broker) -> None:
+    statuses = iter([(429, {"Retry-After": "2"}), (200, {})])
+    env.receiver.responder = lambda r: (*next(statuses), 0.0)
+    await env.put_biz("orders", retry=fast_retry(initial_ms=100))
+    await broker.start()
+    due = now_ms()
+    jobs = await create(env.store, "orders", ["later"], due)
+    env.daemon.watch([due])
+    env.daemon.run(jobs)
+    (job,) = await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 15)
+    first, second = (r.at_ms for r in env.receiver.for_job("later"))
+    assert second - first >= 2000, f"expected >= 2000 ms after Retry-After: 2, got {second - first}"
+    assert job.history[0].status_code == 429
+
+
+async def test_paused_gets_nothing_until_unpaused(env: Env, broker: Broker) -> None:
+    biz = await env.put_biz("orders", paused=True)
+    await broker.start()
+    due = now_ms()
+    jobs = await create(env.store, "orders", [f"p{i}" for i in range(10)], due)
+    env.daemon.watch([due])
+    await env.daemon.dispatch_once()
+    await asyncio.sleep(2)
+    assert env.receiver.received == [], f"paused biz type got {len(env.receiver.received)}"
+    await env.store.put_biz_type(replace(biz, paused=False))
+    await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 10)
+    assert len(env.receiver.received) == 10
+
+
+# -- broker processes ----------------------------------------------------------------------
+
+
+async def test_limits_hold_across_two_broker_processes(env: Env) -> None:
+    env.receiver.responder = lambda r: (200, {}, 0.1 if r.path == "/capped" else 0.0)
+    await env.put_biz("limited", rate_limit_per_s=20, burst=5)
+    await env.put_biz("capped", max_concurrency=2)
+    brokers = [env.spawn_broker(), env.spawn_broker()]
+    await asyncio.gather(*(b.ready() for b in brokers))
+    due = now_ms() + 1500
+    jobs = await create(env.store, "limited", [f"l{i}" for i in range(200)], due)
+    jobs += await create(env.store, "capped", [f"c{i}" for i in range(40)], due)
+    env.daemon.watch([due])
+    env.daemon.run([])
+    await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 30)
+    # Send times are the callbacks' X-Timer-Timestamp (fired_at): arrival times would add
+    # the receiver's scheduling jitter to what the contract bounds.
+    sent = [int(r.headers["X-Timer-Timestamp"]) / 1000 for r in env.receiver.for_biz("limited")]
+    assert len(sent) == 200, f"expected 200 callbacks, got {len(sent)}"
+    assert min(sent) * 1000 >= due, f"sent {due - min(sent) * 1000:.0f} ms before due"
+    for window_s in (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0):
+        allowed = 5 + 20 * (window_s + 0.002)  # ms timestamps, taken just after the token
+        got = max_in_window(sent, window_s)
+        assert got <= allowed, f"W={window_s}s: expected <= {allowed:.2f} callbacks, got {got}"
+    span_s = max(sent) - min(sent)
+    assert span_s >= (200 - 5) / 20 - 0.05, f"200 at 20/s burst 5 took only {span_s:.2f}s"
+    peak = env.receiver.max_in_flight.get("capped")
+    assert peak == 2, f"expected at most (and reaching) 2 in flight, got {peak}"
+
+
+async def test_hanging_biz_does_not_delay_another(env: Env) -> None:
+    def answer(r: Received) -> tuple[int, dict[str, str], float]:
+        return (200, {}, 30.0) if r.path == "/hangs" else (200, {}, 0.0)
+
+    env.receiver.responder = answer
+    await env.put_biz("hangs", timeout_ms=20_000)
+    await env.put_biz("healthy", max_concurrency=64)
+    broker_proc = env.spawn_broker(grace_s=1)
+    await broker_proc.ready()
+    hang_due = now_ms() + 500
+    await create(env.store, "hangs", [f"h{i}" for i in range(50)], hang_due)
+    env.daemon.watch([hang_due])
+    await env.daemon.dispatch_once()
+    due = now_ms() + 1800
+    jobs = await create(env.store, "healthy", [f"ok{i}" for i in range(500)], due)
+    env.daemon.watch([due])
+    env.daemon.run([])  # claims and publishes up to 1.5 s ahead of the due time
+    await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 30)
+    lateness = sorted(r.at_ms - due for r in env.receiver.for_biz("healthy"))
+    assert len(lateness) == 500, f"expected 500, got {len(lateness)}"
+    assert lateness[0] >= 0, f"early by {-lateness[0]:.1f} ms"
+    p99 = lateness[int(len(lateness) * 0.99) - 1]
+    assert p99 < 1000, (
+        f"expected p99 < 1000 ms, got {p99:.0f} (median {statistics.median(lateness):.0f})"
+    )
+    hanging = env.receiver.max_in_flight.get("hangs", 0)
+    assert hanging == 16, f"expected the hanging biz type capped at 16 in flight, got {hanging}"
+
+
+async def test_kill_9_during_callbacks_still_delivers_everything(env: Env) -> None:
+    env.receiver.responder = lambda r: (200, {}, 0.4)
+    await env.put_biz("orders", max_concurrency=8)
+    first = env.spawn_broker()
+    await first.ready()
+    due = now_ms() + 300
+    ids = [f"k{i}" for i in range(40)]
+    jobs = await create(env.store, "orders", ids, due)
+    env.daemon.watch([due])
+    await env.daemon.dispatch_once()
+    await until(lambda: len(env.receiver.received) >= 12, "12 callbacks")  # 8 in flight
+    in_flight_at_kill = env.receiver.in_flight.get("orders", 0)
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(5)
+    second = env.spawn_broker()
+    await second.ready()
+    await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 30)
+    await asyncio.sleep(0.5)
+    counts = {i: len(env.receiver.for_job(i)) for i in ids}
+    missing = [i for i, n in counts.items() if n == 0]
+    assert not missing, f"never called back: {missing}"
+    duplicates = sum(n - 1 for n in counts.values())
+    assert duplicates <= max(in_flight_at_kill, 8), (
+        f"expected duplicates only for the {in_flight_at_kill} in flight, got {duplicates}"
+    )
+
+
+async def test_sigterm_finishes_in_flight_and_exits_0(env: Env) -> None:
+    env.receiver.responder = lambda r: (200, {}, 0.5)
+    await env.put_biz("orders", max_concurrency=4)
+    proc = env.spawn_broker(grace_s=5)
+    await proc.ready()
+    due = now_ms() + 300
+    jobs = await create(env.store, "orders", [f"t{i}" for i in range(20)], due)
+    env.daemon.watch([due])
+    await env.daemon.dispatch_once()
+    await until(lambda: env.receiver.in_flight.get("orders", 0) >= 4, "4 in flight")
+    proc.proc.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(proc.proc.wait, 15)
+    assert code == 0, f"expected exit 0, got {code}: {proc.output()}"
+    states = [(await env.store.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
+    sent = len(env.receiver.received)
+    delivered = states.count(JobState.DELIVERED)
+    assert delivered == sent, f"every callback sent must be recorded: sent {sent}, got {states}"
+    depth = await env.queue.queue_depth("orders")
+    assert depth == 20 - sent, f"expected the {20 - sent} unsent back in the queue, got {depth}"

@@ -1,0 +1,154 @@
+"""The callback protocol, pure: body, headers, signature, Retry-After, backoff, verdicts."""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import hmac
+import json
+
+import pytest
+
+from broker.callback import Response, build_request, judge, parse_retry_after, retry_wait_ms
+from timer_service.model import BizType, Job, JobState, RetryPolicy
+from timer_service.store.base import OutcomeKind
+
+NOW = 1_767_225_600_000
+POLICY = RetryPolicy(max_attempts=5, initial_backoff_ms=1000, max_backoff_ms=60_000, multiplier=2.0)
+
+
+def make_job(payload_json: str = '{"order":42,"name":"Zoë"}', attempts: int = 0) -> Job:
+    return Job(
+        "orders",
+        "order-42",
+        NOW - 5,
+        payload_json,
+        JobState.DISPATCHED,
+        attempts,
+        NOW - 5,
+        NOW - 10_000,
+        NOW - 10_000,
+    )
+
+
+def make_biz(secret: str | None = "s3cret") -> BizType:
+    return BizType("orders", "http://127.0.0.1:1/cb", signing_secret=secret)
+
+
+def test_body_is_the_contract_json_with_the_payload_as_registered() -> None:
+    request = build_request(make_biz(), make_job(), attempt=2, fired_at=NOW + 3)
+    body = json.loads(request.body)
+    expected = {
+        "biz_type": "orders",
+        "job_id": "order-42",
+        "payload": {"order": 42, "name": "Zoë"},
+        "due_at": NOW - 5,
+        "fired_at": NOW + 3,
+        "attempt": 2,
+    }
+    assert body == expected, f"expected {expected}, got {body}"
+    assert b'"payload":{"order":42,"name":"Zo\xc3\xab"}' in request.body
+
+
+def test_headers_and_signature() -> None:
+    request = build_request(make_biz("s3cret"), make_job(), attempt=1, fired_at=NOW + 3)
+    h = request.headers
+    assert h["Content-Type"] == "application/json"
+    assert h["Idempotency-Key"] == "orders:order-42"
+    assert h["X-Timer-Attempt"] == "1"
+    assert h["X-Timer-Timestamp"] == str(NOW + 3)
+    mac = hmac.new(b"s3cret", f"{NOW + 3}.".encode() + request.body, hashlib.sha256)
+    expected = "sha256=" + mac.hexdigest()
+    assert h["X-Timer-Signature"] == expected, f"expected {expected}, got {h['X-Timer-Signature']}"
+
+
+def test_no_signature_without_secret() -> None:
+    request = build_request(make_biz(None), make_job(), attempt=1, fired_at=NOW)
+    assert "X-Timer-Signature" not in request.headers, f"got {request.headers}"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected_ms"),
+    [
+        ("0", 0),
+        ("7", 7000),
+        (" 12 ", 12_000),
+        (email.utils.formatdate((NOW + 30_000) / 1000, usegmt=True), 30_000),
+        (email.utils.formatdate((NOW - 30_000) / 1000, usegmt=True), 0),
+        ("soon", None),
+        ("-5", None),
+        ("1.5", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_retry_after(value: str | None, expected_ms: int | None) -> None:
+    got = parse_retry_after(value, NOW)
+    assert got == expected_ms, f"Retry-After {value!r}: expected {expected_ms}, got {got}"
+
+
+@pytest.mark.parametrize(
+    ("attempt", "expected_ms"),
+    [(1, 1000), (2, 2000), (3, 4000), (6, 32_000), (7, 60_000), (30, 60_000)],
+)
+def test_backoff(attempt: int, expected_ms: int) -> None:
+    got = retry_wait_ms(POLICY, attempt, None, NOW)
+    assert got == expected_ms, f"attempt {attempt}: expected {expected_ms}, got {got}"
+
+
+def test_retry_after_is_capped_and_garbage_falls_back_to_backoff() -> None:
+    assert retry_wait_ms(POLICY, 1, "3600", NOW) == 60_000
+    assert retry_wait_ms(POLICY, 2, "3", NOW) == 3000
+    assert retry_wait_ms(POLICY, 2, "later", NOW) == 2000
+
+
+@pytest.mark.parametrize(
+    ("response", "kind", "error"),
+    [
+        (Response(200), OutcomeKind.DELIVERED, None),
+        (Response(204), OutcomeKind.DELIVERED, None),
+        (Response(299), OutcomeKind.DELIVERED, None),
+        (Response(408), OutcomeKind.RETRY, "HTTP 408"),
+        (Response(425), OutcomeKind.RETRY, "HTTP 425"),
+        (Response(429), OutcomeKind.RETRY, "HTTP 429"),
+        (Response(500), OutcomeKind.RETRY, "HTTP 500"),
+        (Response(503), OutcomeKind.RETRY, "HTTP 503"),
+        (Response(599), OutcomeKind.RETRY, "HTTP 599"),
+        (Response(None, error="timeout"), OutcomeKind.RETRY, "timeout"),
+        (
+            Response(None, error="connection error: refused"),
+            OutcomeKind.RETRY,
+            "connection error: refused",
+        ),
+        (Response(301), OutcomeKind.DEAD, "HTTP 301"),
+        (Response(400), OutcomeKind.DEAD, "HTTP 400"),
+        (Response(404), OutcomeKind.DEAD, "HTTP 404"),
+        (Response(410), OutcomeKind.DEAD, "HTTP 410"),
+        (Response(100), OutcomeKind.DEAD, "HTTP 100"),
+    ],
+)
+def test_classification(response: Response, kind: OutcomeKind, error: str | None) -> None:
+    verdict = judge(response, POLICY, attempt=1, budget_base=0, known_at=NOW)
+    assert (verdict.kind, verdict.error) == (kind, error), (
+        f"{response}: expected {(kind, error)}, got {(verdict.kind, verdict.error)}"
+    )
+    if kind is OutcomeKind.RETRY:
+        assert verdict.next_attempt_at == NOW + 1000
+    else:
+        assert verdict.next_attempt_at is None
+
+
+def test_retry_counts_from_when_the_outcome_was_known_and_honours_retry_after() -> None:
+    verdict = judge(Response(429, retry_after="5"), POLICY, 3, 0, known_at=NOW + 777)
+    assert verdict.next_attempt_at == NOW + 777 + 5000, f"got {verdict.next_attempt_at}"
+
+
+def test_attempts_exhausted_is_dead_and_replay_budget_counts_from_base() -> None:
+    last = judge(Response(503), POLICY, attempt=5, budget_base=0, known_at=NOW)
+    assert last.kind is OutcomeKind.DEAD, f"expected dead after 5 of 5, got {last}"
+    before = judge(Response(503), POLICY, attempt=4, budget_base=0, known_at=NOW)
+    assert before.kind is OutcomeKind.RETRY, f"expected retry after 4 of 5, got {before}"
+    replayed = judge(Response(503), POLICY, attempt=7, budget_base=5, known_at=NOW)
+    assert replayed.kind is OutcomeKind.RETRY, f"expected retry (2 of 5), got {replayed}"
+    delivered_on_last = judge(Response(200), POLICY, attempt=5, budget_base=0, known_at=NOW)
+    assert delivered_on_last.kind is OutcomeKind.DELIVERED

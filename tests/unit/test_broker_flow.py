@@ -1,0 +1,472 @@
+"""The broker end to end in one process: MemoryStore + MemoryQueue + a real HTTP receiver.
+
+`Receiver` and `DaemonStandIn` are shared with the integration tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from broker.app import Broker
+from timer_service.clock import SystemClock
+from timer_service.metrics import Metrics
+from timer_service.model import BizType, Job, JobState, RetryPolicy, second_of
+from timer_service.runtime import cancel_and_wait
+from timer_service.settings import Settings
+from timer_service.store.base import JobStore, NewJob
+
+# -- shared helpers ----------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    at_ms: float
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+# (record) -> (status, extra headers, seconds to wait before answering)
+Answer = tuple[int, dict[str, str], float]
+Responder = Callable[[Received], Answer | Awaitable[Answer]]
+
+
+@dataclass
+class Receiver:
+    """A loopback HTTP endpoint that records every callback with its arrival time."""
+
+    responder: Responder | None = None
+    received: list[Received] = field(default_factory=list)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    max_in_flight: dict[str, int] = field(default_factory=dict)
+    port: int = 0
+    _runner: web.AppRunner | None = None
+    _closing: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/{biz}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def url(self, biz: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{biz}"
+
+    def for_job(self, job_id: str) -> list[Received]:
+        return [r for r in self.received if r.json["job_id"] == job_id]
+
+    def for_biz(self, biz: str) -> list[Received]:
+        return [r for r in self.received if r.path == f"/{biz}"]
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        at_ms = time.time() * 1000
+        biz = request.match_info["biz"]
+        record = Received(at_ms, request.path, dict(request.headers), await request.read())
+        self.received.append(record)
+        self.in_flight[biz] = self.in_flight.get(biz, 0) + 1
+        self.max_in_flight[biz] = max(self.max_in_flight.get(biz, 0), self.in_flight[biz])
+        try:
+            status, headers, delay_s = 200, {}, 0.0
+            if self.responder is not None:
+                answer = self.responder(record)
+                if not isinstance(answer, tuple):
+                    answer = await answer
+                status, headers, delay_s = answer
+            if delay_s:
+                # Hanging answers end when the receiver stops, so teardown is quick.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), delay_s)
+            return web.Response(status=status, headers=headers)
+        finally:
+            self.in_flight[biz] -= 1
+
+
+class DaemonStandIn:
+    """Plays the daemon for tests: claims pending jobs up to 1.5 s ahead and publishes them."""
+
+    def __init__(self, store: JobStore, queue: Any, ahead_ms: int = 1500) -> None:
+        self._store = store
+        self._queue = queue
+        self._ahead_ms = ahead_ms
+        self._task: asyncio.Task[None] | None = None
+        self.seconds: set[int] = set()
+        self._stopping = False
+
+    def watch(self, due_ms: Iterable[int]) -> None:
+        self.seconds.update(second_of(ms) for ms in due_ms)
+
+    async def dispatch_once(self) -> int:
+        now = int(time.time() * 1000)
+        published = 0
+        for second in sorted(s for s in self.seconds if s * 1000 <= now + self._ahead_ms):
+            claimed = await self._store.claim_due(
+                second, now + self._ahead_ms, uuid.uuid4().hex, 1, now
+            )
+            if claimed:
+                await self._queue.publish(claimed)
+                published += len(claimed)
+        return published
+
+    async def follow_retries(self, jobs: Iterable[tuple[str, str]]) -> None:
+        """Keep watching the seconds these jobs' retries land in."""
+        for biz, job_id in jobs:
+            job = await self._store.get_job(biz, job_id)
+            if job is not None and job.state == JobState.PENDING and job.next_attempt_at:
+                self.seconds.add(second_of(job.next_attempt_at))
+
+    def run(self, jobs: list[tuple[str, str]], every_s: float = 0.05) -> None:
+        async def loop() -> None:
+            while not self._stopping:
+                await self.follow_retries(jobs)
+                await self.dispatch_once()
+                await asyncio.sleep(every_s)
+
+        self._task = asyncio.create_task(loop())
+
+    async def stop(self) -> None:
+        # The flag ends the loop even if a driver call swallows the cancellation.
+        self._stopping = True
+        if self._task is not None:
+            await cancel_and_wait([self._task], 10, "daemon stand-in")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def create(
+    store: JobStore, biz: str, job_ids: Iterable[str], due_at: int, payload: Any = None
+) -> list[tuple[str, str]]:
+    news = [
+        NewJob(biz, j, due_at, json.dumps(payload if payload is not None else {"j": j}))
+        for j in job_ids
+    ]
+    await store.create_jobs(news, now_ms())
+    return [(n.biz_type, n.job_id) for n in news]
+
+
+async def wait_for_states(
+    store: JobStore, jobs: Iterable[tuple[str, str]], states: set[JobState], timeout_s: float
+) -> list[Job]:
+    jobs = list(jobs)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [await store.get_job(b, j) for b, j in jobs]
+        if all(f is not None and f.state in states for f in found):
+            return [f for f in found if f is not None]
+        if time.monotonic() > deadline:
+            tally = Counter(f.state.value if f else None for f in found)
+            off = [
+                f"{b}/{j}={f.state.value if f else None}"
+                for (b, j), f in zip(jobs, found, strict=True)
+                if f is None or f.state not in states
+            ]
+            raise AssertionError(
+                f"expected all {sorted(states)} within {timeout_s}s, got {dict(tally)}"
+                f" (first: {off[:5]})"
+            )
+        await asyncio.sleep(0.02)
+
+
+def fast_retry(max_attempts: int = 5, initial_ms: int = 100) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=max_attempts,
+        initial_backoff_ms=initial_ms,
+        max_backoff_ms=2000,
+        multiplier=2.0,
+    )
+
+
+# -- fixtures ----------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    store: Any
+    queue: Any
+    broker: Broker
+    receiver: Receiver
+    daemon: DaemonStandIn
+    metrics: Metrics
+
+    async def put_biz(self, name: str, **config: Any) -> BizType:
+        biz = BizType(name, self.receiver.url(name), **config)
+        await self.store.put_biz_type(biz)
+        return biz
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return value or 0.0
+
+
+@pytest.fixture
+async def world(memory_store: Any) -> AsyncIterator[World]:
+    from timer_service.queue.memory import MemoryQueue
+
+    queue = MemoryQueue()
+    receiver = Receiver()
+    await receiver.start()
+    metrics = Metrics()
+    settings = Settings(shutdown_grace_s=3)  # type: ignore[call-arg]
+    broker = Broker(settings, memory_store, queue, metrics, SystemClock(), broker_id="b1")
+    daemon = DaemonStandIn(memory_store, queue)
+    w = World(memory_store, queue, broker, receiver, daemon, metrics)
+    yield w
+    await daemon.stop()
+    await broker.stop()
+    await receiver.stop()
+
+
+async def started(w: World) -> None:
+    await w.broker.start()
+
+
+# -- tests --------------------------------------------------------------------------------
+
+
+async def test_delivers_on_time_never_early_with_contract_headers(world: World) -> None:
+    await world.put_biz("orders", signing_secret="s3cret")
+    await started(world)
+    due = now_ms() + 400
+    jobs = await create(world.store, "orders", ["a", "b", "c"], due, payload={"n": 1, "s": "é"})
+    world.daemon.watch([due])
+    assert await world.daemon.dispatch_once() == 3
+    done = await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    assert len(world.receiver.received) == 3, f"expected 3 callbacks, got {world.receiver.received}"
+    for r in world.receiver.received:
+        assert r.at_ms >= due, f"early by {due - r.at_ms:.1f} ms"
+        assert r.at_ms - due < 100, f"late by {r.at_ms - due:.1f} ms"
+        body = r.json
+        assert body["payload"] == {"n": 1, "s": "é"}
+        assert body["due_at"] == due and body["attempt"] == 1
+        assert r.headers["Idempotency-Key"] == f"orders:{body['job_id']}"
+        assert r.headers["X-Timer-Attempt"] == "1"
+        assert r.headers["X-Timer-Timestamp"] == str(body["fired_at"])
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.headers["Content-Length"] == str(len(r.body))
+        assert "chunked" not in r.headers.get("Transfer-Encoding", "")
+        mac = hmac.new(b"s3cret", f"{body['fired_at']}.".encode() + r.body, hashlib.sha256)
+        assert r.headers["X-Timer-Signature"] == "sha256=" + mac.hexdigest()
+    for job in done:
+        (attempt,) = job.history
+        body = world.receiver.for_job(job.job_id)[0].json
+        assert attempt.at == body["fired_at"] and attempt.status_code == 200, f"got {attempt}"
+    assert world.metric("timer_callbacks_total", biz_type="orders", outcome="delivered") == 3
+    assert world.metric("timer_delivery_lateness_seconds_count", biz_type="orders") == 3
+
+
+async def test_retries_then_delivers_with_backoff_gaps(world: World) -> None:
+    statuses = iter([500, 503, 200])
+    world.receiver.responder = lambda r: (next(statuses), {}, 0.0)
+    await world.put_biz("orders", retry=fast_retry())
+    await started(world)
+    due = now_ms() + 100
+    jobs = await create(world.store, "orders", ["r1"], due)
+    world.daemon.watch([due])
+    world.daemon.run(jobs)
+    (job,) = await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    got = [(a.attempt, a.status_code, a.error) for a in job.history]
+    assert got == [(1, 500, "HTTP 500"), (2, 503, "HTTP 503"), (3, 200, None)], f"got {got}"
+    arrivals = [r.at_ms for r in world.receiver.for_job("r1")]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert gaps[0] >= 100 and gaps[1] >= 200, f"expected gaps >= 100, 200 ms, got {gaps}"
+    assert [r.headers["X-Timer-Attempt"] for r in world.receiver.for_job("r1")] == ["1", "2", "3"]
+    assert world.metric("timer_callbacks_total", biz_type="orders", outcome="retry") == 2
+
+
+async def test_permanent_failure_is_dead_at_once(world: World) -> None:
+    world.receiver.responder = lambda r: (400, {}, 0.0)
+    await world.put_biz("orders", retry=fast_retry())
+    await started(world)
+    due = now_ms()
+    jobs = await create(world.store, "orders", ["bad"], due)
+    world.daemon.watch([due])
+    world.daemon.run(jobs)
+    (job,) = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5)
+    assert [a.status_code for a in job.history] == [400], f"got {job.history}"
+    await asyncio.sleep(0.3)
+    assert len(world.receiver.received) == 1
+
+
+async def test_exhausted_attempts_are_dead(world: World) -> None:
+    world.receiver.responder = lambda r: (503, {"Retry-After": "0"}, 0.0)
+    await world.put_biz("orders", retry=fast_retry(max_attempts=3))
+    await started(world)
+    due = now_ms()
+    jobs = await create(world.store, "orders", ["x"], due)
+    world.daemon.watch([due])
+    world.daemon.run(jobs)
+    (job,) = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5)
+    assert [a.attempt for a in job.history] == [1, 2, 3], f"got {job.history}"
+
+
+async def test_timeout_and_connection_error_are_retried(world: World) -> None:
+    world.receiver.responder = lambda r: (200, {}, 1.0)
+    await world.put_biz("slow", timeout_ms=100, retry=fast_retry(max_attempts=1))
+    world_biz_down = BizType("down", "http://127.0.0.1:9/nothing", retry=fast_retry(max_attempts=1))
+    await world.store.put_biz_type(world_biz_down)
+    await started(world)
+    due = now_ms()
+    jobs = await create(world.store, "slow", ["t"], due) + await create(
+        world.store, "down", ["c"], due
+    )
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    slow, down = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5)
+    assert slow.history[0].error == "timeout" and slow.history[0].status_code is None
+    assert (down.history[0].error or "").startswith("connection error"), f"got {down.history}"
+
+
+async def test_cancelled_after_publication_is_not_called_back(world: World) -> None:
+    await world.put_biz("orders")
+    await started(world)
+    due = now_ms() + 500
+    jobs = await create(world.store, "orders", ["keep", "cancel"], due)
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    await world.store.cancel_job("orders", "cancel", now_ms())
+    await wait_for_states(world.store, jobs[:1], {JobState.DELIVERED}, 5)
+    await asyncio.sleep(0.1)
+    got = [r.json["job_id"] for r in world.receiver.received]
+    assert got == ["keep"], f"expected only 'keep' called back, got {got}"
+    assert world.metric("timer_messages_dropped_total", biz_type="orders") == 1
+
+
+async def test_duplicate_and_stale_messages_send_once(world: World) -> None:
+    await world.put_biz("orders")
+    await started(world)
+    due = now_ms() + 200
+    jobs = await create(world.store, "orders", ["d"], due)
+    world.daemon.watch([due])
+    (claimed,) = await world.store.claim_due(second_of(due), due, "claim-1", 1, now_ms())
+    stale = type(claimed)(
+        **{**{s: getattr(claimed, s) for s in claimed.__slots__}, "claim": "old-claim"}
+    )
+    await world.queue.publish([claimed, claimed, stale])
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    await asyncio.sleep(0.3)
+    got = world.receiver.received
+    assert len(got) == 1, f"expected one callback, got {got}"
+    assert world.metric("timer_messages_dropped_total", biz_type="orders") == 2
+
+
+async def test_paused_holds_then_sends_after_unpause(world: World) -> None:
+    biz = await world.put_biz("orders", paused=True)
+    await started(world)
+    due = now_ms()
+    jobs = await create(world.store, "orders", [f"p{i}" for i in range(5)], due)
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    await asyncio.sleep(1.5)
+    assert world.receiver.received == [], "a paused biz type was called back"
+    await world.store.put_biz_type(replace(biz, paused=False))
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    assert len(world.receiver.received) == 5
+
+
+async def test_rate_limit_and_in_flight_cap(world: World) -> None:
+    world.receiver.responder = lambda r: (200, {}, 0.05 if r.path == "/capped" else 0.0)
+    await world.put_biz("limited", rate_limit_per_s=50, burst=5)
+    await world.put_biz("capped", max_concurrency=3)
+    await started(world)
+    due = now_ms() + 200
+    jobs = await create(world.store, "limited", [f"l{i}" for i in range(40)], due)
+    jobs += await create(world.store, "capped", [f"c{i}" for i in range(30)], due)
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 10)
+    sent = [int(r.headers["X-Timer-Timestamp"]) / 1000 for r in world.receiver.for_biz("limited")]
+    for window_s in (0.0, 0.05, 0.1, 0.2, 0.5):
+        allowed = 5 + 50 * (window_s + 0.002)  # ms timestamps, taken just after the token
+        got = max(sum(1 for b in sent if a <= b <= a + window_s) for a in sent)
+        assert got <= allowed, f"W={window_s}s: expected <= {allowed:.1f} sends, got {got}"
+    assert world.receiver.max_in_flight["capped"] <= 3, f"got {world.receiver.max_in_flight}"
+    assert world.metric("timer_rate_limited_total", biz_type="limited") > 0
+    assert world.metric("timer_rate_limited_total", biz_type="capped") > 0
+
+
+async def test_stop_finishes_in_flight_and_hands_back_held(world: World) -> None:
+    world.receiver.responder = lambda r: (200, {}, 0.3)
+    await world.put_biz("orders", max_concurrency=2)
+    await started(world)
+    due = now_ms()
+    jobs = await create(world.store, "orders", [f"s{i}" for i in range(6)], due)
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    await asyncio.sleep(0.15)  # two in flight, four held
+    await world.broker.stop()
+    states = [(await world.store.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
+    assert states.count(JobState.DELIVERED) == 2, f"expected 2 delivered, got {states}"
+    assert states.count(JobState.DISPATCHED) == 4, f"expected 4 still dispatched, got {states}"
+    depth = await world.queue.queue_depth("orders")
+    assert depth == 4, f"expected the 4 held messages back in the queue, got {depth}"
+
+
+async def test_heartbeat_says_what_is_held(world: World) -> None:
+    await world.put_biz("orders", paused=True)
+    await started(world)
+    due = now_ms()
+    await create(world.store, "orders", ["h"], due)
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    deadline = time.monotonic() + 4
+    while "orders" not in await world.store.held_biz_types(now_ms()):
+        assert time.monotonic() < deadline, "heartbeat never reported 'orders' as held"
+        await asyncio.sleep(0.1)
+    await world.broker.stop()
+    assert await world.store.held_biz_types(now_ms()) == set()
+
+
+async def test_config_change_applies_without_restart(world: World) -> None:
+    await world.put_biz("orders")
+    await started(world)
+    await world.store.put_biz_type(
+        BizType("orders", world.receiver.url("moved"), signing_secret="new")
+    )
+    await asyncio.sleep(1.3)
+    due = now_ms()
+    jobs = await create(world.store, "orders", ["m"], due)
+    world.daemon.watch([due])
+    await world.daemon.dispatch_once()
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    (r,) = world.receiver.received
+    assert r.path == "/moved" and "X-Timer-Signature" in r.headers, f"got {r.path} {r.headers}"
+
+
+async def test_deleted_biz_type_stops_its_consumer(world: World) -> None:
+    await world.put_biz("orders")
+    await world.put_biz("other")
+    await started(world)
+    assert world.broker.biz_types == ["orders", "other"]
+    await world.store.delete_biz_type("orders")
+    deadline = time.monotonic() + 3
+    while world.broker.biz_types != ["other"]:
+        assert time.monotonic() < deadline, f"expected ['other'], got {world.broker.biz_types}"
+        await asyncio.sleep(0.05)

@@ -1,0 +1,170 @@
+"""A lane driven by a FakeClock: held until the moment, checked just before, limits obeyed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from broker.callback import CallbackRequest, Response
+from broker.lane import CHECK_AHEAD_MS, Lane
+from broker.outcomes import OutcomeWriter
+from timer_service.clock import FakeClock
+from timer_service.metrics import Metrics
+from timer_service.model import BizType, JobState, second_of
+from timer_service.store.base import Claimed, NewJob
+
+
+class FakeSender:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, CallbackRequest]] = []
+        self.clock: FakeClock | None = None
+        self.gate: asyncio.Event | None = None
+
+    async def post(self, url: str, request: CallbackRequest, timeout_s: float) -> Response:
+        assert self.clock is not None
+        self.sent.append((self.clock.now_ms(), request))
+        if self.gate is not None:
+            await self.gate.wait()
+        return Response(200)
+
+
+class FakeDelivery:
+    def __init__(self, job: Claimed) -> None:
+        self.job = job
+        self.redelivered = False
+        self.acked = False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+    async def requeue(self) -> None:
+        raise AssertionError("not expected")
+
+    async def drop(self) -> None:
+        raise AssertionError("not expected")
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def parts(memory_store: Any, fake_clock: FakeClock) -> Any:
+    sender = FakeSender()
+    sender.clock = fake_clock
+    metrics = Metrics()
+    outcomes = OutcomeWriter(memory_store, metrics, fake_clock)
+    outcomes.start()
+    yield memory_store, sender, outcomes, metrics
+    await outcomes.stop()
+
+
+async def claimed_jobs(store: Any, clock: FakeClock, count: int, due: int) -> list[Claimed]:
+    await store.create_jobs(
+        [NewJob("orders", f"j{i}", due, "{}") for i in range(count)], clock.now_ms()
+    )
+    return list(await store.claim_due(second_of(due), due, "c1", 1, clock.now_ms()))
+
+
+def make_lane(parts: Any, clock: FakeClock, **config: Any) -> Lane:
+    store, sender, outcomes, metrics = parts
+    biz = BizType("orders", "http://127.0.0.1:1/cb", **config)
+    return Lane(biz, store=store, sender=sender, outcomes=outcomes, metrics=metrics, clock=clock)
+
+
+async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClock) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms() + 1000
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    lane = make_lane(parts, fake_clock)
+    lane.offer(FakeDelivery(job))
+
+    delay = lane._step()
+    assert delay == pytest.approx((1000 - CHECK_AHEAD_MS) / 1000), f"got {delay}"
+    assert store.ops["fetch_for_send"] == 0, "checked too early"
+
+    fake_clock.advance(1000 - CHECK_AHEAD_MS)
+    lane._step()
+    await settle()
+    assert store.ops["fetch_for_send"] == 1, "expected one batched check at due - ahead"
+    delay = lane._step()
+    assert delay == pytest.approx(CHECK_AHEAD_MS / 1000), f"got {delay}"
+
+    fake_clock.advance(CHECK_AHEAD_MS - 1)
+    assert lane._step() == pytest.approx(0.001)
+    assert sender.sent == [], "sent before next_attempt_at"
+
+    fake_clock.advance(1)
+    lane._step()
+    await settle()
+    assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
+    await settle()
+    await asyncio.sleep(0.01)  # the outcome writer's batching window
+    done = await store.get_job("orders", "j0")
+    assert done.state is JobState.DELIVERED and done.history[0].at == due, f"got {done}"
+    await lane.close()
+
+
+async def test_checks_are_batched(parts: Any, fake_clock: FakeClock) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms() + 50
+    jobs = await claimed_jobs(store, fake_clock, 100, due)
+    lane = make_lane(parts, fake_clock, max_concurrency=100)
+    for job in jobs:
+        lane.offer(FakeDelivery(job))
+    lane._step()
+    await settle()
+    fake_clock.advance(50)
+    lane._step()
+    await settle()
+    assert len(sender.sent) == 100, f"expected 100 sends, got {len(sender.sent)}"
+    assert store.ops["fetch_for_send"] == 1, f"expected 1 check, got {store.ops['fetch_for_send']}"
+    await lane.close()
+
+
+async def test_token_bucket_paces_sends(parts: Any, fake_clock: FakeClock) -> None:
+    store, sender, _, metrics = parts
+    start = fake_clock.now_ms()
+    jobs = await claimed_jobs(store, fake_clock, 10, start)
+    lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=3)
+    for job in jobs:
+        lane.offer(FakeDelivery(job))
+    for _ in range(200):  # drive the lane by hand, 10 ms at a time, for 2 s
+        lane._step()
+        await settle()
+        lane._step()
+        await settle()
+        fake_clock.advance(10)
+    times = [at - start for at, _ in sender.sent]
+    assert times[:3] == [0, 0, 0], f"expected the burst of 3 at once, got {times}"
+    assert times[3:] == [100 * i for i in range(1, 8)], f"expected one per 100 ms, got {times}"
+    assert metrics.registry.get_sample_value("timer_rate_limited_total", {"biz_type": "orders"})
+    await lane.close()
+
+
+async def test_in_flight_cap_and_pause(parts: Any, fake_clock: FakeClock) -> None:
+    store, sender, *_ = parts
+    sender.gate = asyncio.Event()
+    jobs = await claimed_jobs(store, fake_clock, 5, fake_clock.now_ms())
+    lane = make_lane(parts, fake_clock, max_concurrency=2, paused=True)
+    for job in jobs:
+        lane.offer(FakeDelivery(job))
+    for _ in range(3):
+        lane._step()
+        await settle()
+    assert sender.sent == [], "paused lane sent"
+    assert lane.holding
+    lane.configure(BizType("orders", "http://127.0.0.1:1/cb", max_concurrency=2))
+    for _ in range(3):
+        lane._step()
+        await settle()
+    assert len(sender.sent) == 2, f"expected 2 in flight, got {len(sender.sent)}"
+    sender.gate.set()
+    for _ in range(10):
+        lane._step()
+        await settle()
+    assert len(sender.sent) == 5
+    await lane.close()

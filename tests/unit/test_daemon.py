@@ -1,0 +1,503 @@
+"""The daemon driven by hand: FakeClock + MemoryStore + MemoryQueue, no sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from daemon.app import Daemon
+from daemon.lease import LEASE_NAME
+from timer_service.clock import FakeClock
+from timer_service.metrics import Metrics
+from timer_service.model import JobState, second_of
+from timer_service.queue.memory import MemoryQueue
+from timer_service.settings import Settings
+from timer_service.store.base import Claimed, NewJob
+from timer_service.store.memory import MemoryStore
+
+BIZ = "orders"
+CLAIM_AHEAD_MS = 1000
+
+
+class RecordingQueue(MemoryQueue):
+    """Remembers when each job was published, by the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.record = True
+        self.clock = clock
+        self.at: list[tuple[int, Claimed]] = []
+
+    async def publish(self, jobs: Sequence[Claimed]) -> None:
+        await super().publish(jobs)
+        now = self.clock.now_ms()
+        self.at.extend((now, job) for job in jobs)
+
+    def times(self, job_id: str) -> list[int]:
+        return [t for t, job in self.at if job.job_id == job_id]
+
+
+def settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "lease_ttl_ms": 3000,
+        "reconcile_after_ms": 60_000,
+        "claim_ahead_ms": CLAIM_AHEAD_MS,
+        "lookahead_ms": 5000,
+        "catchup_rate_per_s": 5000,
+        "publish_batch": 100,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+class Harness:
+    def __init__(
+        self, store: MemoryStore, clock: FakeClock, watch: bool = True, **overrides: object
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.queue = RecordingQueue(clock)
+        self.daemon = Daemon(
+            settings(**overrides), store, self.queue, Metrics(), clock, holder_id=f"d-{id(self)}"
+        )
+        # The change stream, as the daemon's watch task feeds it in production.
+        self._watch = asyncio.create_task(self._feed_watch()) if watch else None
+
+    async def _feed_watch(self) -> None:
+        async for second in self.store.watch_seconds():
+            self.daemon.nudge(second)
+
+    async def step(self) -> int:
+        """One round; the time the daemon wants to run again."""
+        await asyncio.sleep(0)  # let the watch deliver what happened since the last round
+        await self.daemon.lease.tick()
+        wake = await self.daemon.scanner.run_once()
+        await self.daemon.publisher.drain()
+        await self.daemon.reconciler.maybe_run(self.daemon.scanner.last_claim_ms)
+        return min(wake, self.daemon.lease.next_action_ms(), self.daemon.reconciler.next_sweep_ms())
+
+
+async def run_until(end_ms: int, *harnesses: Harness, max_step_ms: int = 1000) -> int:
+    """Drive the daemons as their loops would: jump the clock to the earliest wake time.
+    Returns the number of rounds."""
+    clock = harnesses[0].clock
+    rounds = 0
+    while True:
+        wakes = [await h.step() for h in harnesses]
+        rounds += 1
+        now = clock.now_ms()
+        if now >= end_ms:
+            return rounds
+        clock.set(max(now + 1, min(min(wakes), now + max_step_ms, end_ms)))
+
+
+async def create(store: MemoryStore, now: int, *jobs: tuple[str, int], biz: str = BIZ) -> None:
+    await store.create_jobs([NewJob(biz, job_id, due, "null") for job_id, due in jobs], now)
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore(buckets=60)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_767_225_600_000)
+
+
+async def test_jobs_are_published_claim_ahead_before_due_and_never_more_than_2s(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    due = {f"j{i}": start + 300 + i * 137 for i in range(60)}  # 0.3 s .. 8.4 s ahead
+    await create(store, start, *due.items())
+
+    await run_until(start + 10_000, h)
+
+    for job_id, due_at in due.items():
+        times = h.queue.times(job_id)
+        assert len(times) == 1, f"{job_id}: expected one publish, got {times}"
+        ahead = due_at - times[0]
+        assert 0 <= ahead <= CLAIM_AHEAD_MS, (
+            f"{job_id}: expected publish 0..{CLAIM_AHEAD_MS} ms before due, got {ahead} ms"
+        )
+        assert ahead <= 2000
+        job = await store.get_job(BIZ, job_id)
+        assert job is not None and job.state == JobState.DISPATCHED and job.published, job
+
+
+async def test_claims_are_batched_per_second(store: MemoryStore, clock: FakeClock) -> None:
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    # 500 jobs, one every 2 ms, in the same two seconds.
+    await create(store, start, *((f"j{i}", start + 3000 + 2 * i) for i in range(500)))
+    await run_until(start + 5000, h)
+
+    assert len(h.queue.published) == 500
+    # At most one claim per second per 50 ms round (plus rounding), not one per job.
+    assert store.ops["claim_due"] <= 2 * 1000 // 50 + 4, store.ops
+
+
+async def test_cancelled_job_in_the_wheel_is_never_published(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    await create(store, start, ("gone", start + 3000), ("stays", start + 3000))
+    await run_until(start + 100, h)
+    assert h.daemon.scanner.loaded_jobs == 2, "both jobs should be in the wheel"
+
+    await store.cancel_job(BIZ, "gone", clock.now_ms())
+    await run_until(start + 6000, h)
+
+    assert h.queue.times("gone") == [], "a cancelled job was published"
+    assert len(h.queue.times("stays")) == 1
+
+
+@pytest.mark.parametrize(
+    "move_ms", [2500, 300, -500], ids=["later-second", "same-second", "earlier"]
+)
+async def test_rescheduled_job_is_published_at_its_new_time_only(
+    store: MemoryStore, clock: FakeClock, move_ms: int
+) -> None:
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    old_due = start + 3200
+    await create(store, start, ("moved", old_due))
+    await run_until(start + 100, h)
+    assert h.daemon.scanner.loaded_jobs == 1
+
+    new_due = old_due + move_ms
+    await store.reschedule_job(BIZ, "moved", new_due, None, clock.now_ms())
+    h.daemon.nudge(second_of(new_due))  # what the API (dev) or the change stream does
+    await run_until(start + 8000, h)
+
+    times = h.queue.times("moved")
+    assert len(times) == 1, f"expected one publish, got {times}"
+    assert new_due - CLAIM_AHEAD_MS <= times[0] <= new_due, (
+        f"expected publish in [{new_due - CLAIM_AHEAD_MS}, {new_due}], got {times[0]}"
+    )
+    assert h.queue.published[0].next_attempt_at == new_due
+
+
+async def test_job_created_into_a_passed_second_goes_out_on_the_next_step(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock)
+    await run_until(clock.now_ms() + 3000, h)
+    now = clock.now_ms()
+    await create(store, now, ("late", now - 2500))
+    h.daemon.nudge(second_of(now - 2500))
+    await h.step()
+    assert h.queue.times("late") == [now], f"expected publish at {now}, got {h.queue.times('late')}"
+
+
+async def test_job_written_into_a_loaded_second_after_loading_is_published(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock, watch=False)
+    start = clock.now_ms()
+    await create(store, start, ("first", start + 2100))
+    await run_until(start + 100, h)
+    await create(store, clock.now_ms(), ("second", start + 2600))  # same second, no nudge
+    await run_until(start + 5000, h)
+    # The release of the second misses (its version moved), so it is read again.
+    assert len(h.queue.times("first")) == 1
+    assert len(h.queue.times("second")) == 1
+    t = h.queue.times("second")[0]
+    assert start + 2600 - CLAIM_AHEAD_MS <= t <= start + 2600, t
+
+
+async def test_without_watch_or_nudge_the_safety_poll_finds_a_missed_job(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock, watch=False)
+    await run_until(clock.now_ms() + 2000, h)
+    now = clock.now_ms()
+    await create(store, now, ("missed", now - 1500))
+    await run_until(now + 10_500, h)
+    times = h.queue.times("missed")
+    assert len(times) == 1 and times[0] - now <= 10_500, times
+
+
+async def test_catch_up_obeys_the_rate_bound_and_fresh_jobs_stay_on_time(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    rate = 400
+    start = clock.now_ms()
+    # A backlog written while no daemon ran: 3000 jobs over the last 30 minutes.
+    await create(
+        store, start - 1_800_000, *((f"old{i}", start - 1_800_000 + i * 600) for i in range(3000))
+    )
+    fresh_due = start + 2500
+    await create(store, start, ("fresh", fresh_due))
+    h = Harness(store, clock, catchup_rate_per_s=rate)
+
+    await run_until(start + 4000, h, max_step_ms=50)
+
+    fresh = h.queue.times("fresh")
+    assert len(fresh) == 1 and fresh_due - CLAIM_AHEAD_MS <= fresh[0] <= fresh_due, fresh
+    old = [(t, job) for t, job in h.queue.at if job.job_id.startswith("old")]
+    elapsed_s = (clock.now_ms() - start) / 1000
+    bound = rate * elapsed_s + rate * 0.2 + 1
+    assert 0 < len(old) <= bound, (
+        f"expected 1..{bound:.0f} backlog jobs in {elapsed_s}s, got {len(old)}"
+    )
+    dues = [job.next_attempt_at for _, job in old]
+    assert dues == sorted(dues), "backlog must go oldest first"
+
+    await run_until(start + 12_000, h, max_step_ms=50)
+    assert len([1 for _, j in h.queue.at if j.job_id.startswith("old")]) == 3000
+    assert store.ops["release_second"] >= 1
+
+
+async def test_lost_lease_stops_claims_and_takeover_increases_fence(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    a = Harness(store, clock)
+    b = Harness(store, clock)
+    start = clock.now_ms()
+    await run_until(start + 100, a, b)
+    assert a.daemon.is_leader and not b.daemon.is_leader
+    first_fence = a.daemon.fence
+    assert first_fence is not None
+
+    # A stalls (no renew) past its TTL; B takes over.
+    clock.advance(3500)
+    await b.step()
+    assert b.daemon.is_leader and b.daemon.fence is not None
+    assert b.daemon.fence > first_fence, f"expected fence > {first_fence}, got {b.daemon.fence}"
+    assert not a.daemon.is_leader, "A's lease deadline passed: it must not claim"
+
+    now = clock.now_ms()
+    await create(store, now, *((f"j{i}", now + 1500 + i * 100) for i in range(20)))
+    await run_until(now + 5000, a, b)
+    assert a.queue.published == [], f"A published after losing the lease: {a.queue.published}"
+    assert len(b.queue.published) == 20
+
+
+async def test_failed_renew_steps_down_at_once(store: MemoryStore, clock: FakeClock) -> None:
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    await create(store, start, ("j", start + 3000))
+    await run_until(start + 100, h)
+    assert h.daemon.is_leader and h.daemon.scanner.loaded_jobs == 1
+
+    async def refuse(*_: object) -> bool:
+        return False
+
+    store.renew_lease = refuse  # type: ignore[method-assign]
+    # What a takeover by another daemon looks like to the store.
+    await store.acquire_lease(LEASE_NAME, "someone-else", 60_000, clock.now_ms() + 3001)
+    await run_until(start + 5000, h)
+    assert not h.daemon.is_leader
+    assert h.queue.published == []
+    assert h.daemon.scanner.loaded_jobs == 0, "the wheel is cleared on stepping down"
+
+
+async def test_stop_releases_the_lease_for_a_fast_takeover(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    a = Harness(store, clock)
+    b = Harness(store, clock)
+    await a.step()
+    assert a.daemon.is_leader
+    await a.daemon.stop()
+    await a.daemon.stop()  # idempotent
+    clock.advance(1)
+    await b.step()
+    assert b.daemon.is_leader, "B should take over at once after A released the lease"
+
+
+async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    start = clock.now_ms()
+    await create(store, start, ("lost", start), biz="free")
+    await create(store, start, ("queued", start), biz="held")
+    await create(store, start, ("gone-msg", start), biz="free2")
+    # A previous daemon claimed all three; it published two, then died.
+    s = second_of(start)
+    await store.claim_due(s, start, "dead-1", 1, start)
+    await store.mark_published(s, "dead-1")
+    await store.create_jobs([NewJob("free", "lost2", start, "null")], start)
+    await store.claim_due(s, start, "dead-2", 1, start)  # never published
+
+    clock.advance(61_000)
+    await store.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
+    h = Harness(store, clock)
+    await h.step()
+
+    republished = sorted(j.job_id for j in h.queue.published)
+    assert republished == ["gone-msg", "lost", "lost2"], (
+        f"expected the unpublished job and the published ones of biz types nobody holds, "
+        f"got {republished}"
+    )
+    job = await store.get_job("free", "lost2")
+    assert job is not None and job.published and job.claim != "dead-2", job
+    queued = await store.get_job("held", "queued")
+    assert queued is not None and queued.claim == "dead-1", "a held biz type's job is left alone"
+
+
+async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    start = clock.now_ms()
+    s = second_of(start)
+    # 2,500 published jobs of a held biz type, claimed first: more than two pages.
+    await store.create_jobs([NewJob("held", f"q{i}", start, "null") for i in range(2500)], start)
+    await store.claim_due(s, start, "dead-1", 1, start)
+    await store.mark_published(s, "dead-1")
+    await create(store, start + 1, ("lost", start + 1), biz="free")
+    await store.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
+
+    clock.advance(61_000)
+    await store.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
+    h = Harness(store, clock)
+    await h.step()
+
+    assert [j.job_id for j in h.queue.published] == ["lost"]
+    held = await store.get_job("held", "q0")
+    assert held is not None and held.claim == "dead-1"
+
+
+async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    start = clock.now_ms()
+    await create(store, start, ("claimed-then-crashed", start + 900), ("sent", start + 900))
+    s = second_of(start)
+    # The old leader (fence 1) claimed both, saw one confirmed, and died.
+    old_fence = await store.acquire_lease(LEASE_NAME, "old-leader", 300, start)
+    assert old_fence == 1
+    await store.claim_due(s, start + 1000, "old-1", 1, start)
+    await store.create_jobs([NewJob(BIZ, "late", start + 950, "null")], start)
+    await store.claim_due(s, start + 1000, "old-2", 1, start)
+    await store.mark_published(s, "old-1")
+
+    clock.advance(500)  # far less than reconcile_after (60 s)
+    h = Harness(store, clock)
+    await h.step()
+
+    republished = sorted(j.job_id for j in h.queue.published)
+    assert republished == ["late"], (
+        f"expected only the never-confirmed job to go out at takeover, got {republished}"
+    )
+    job = await store.get_job(BIZ, "late")
+    assert job is not None and job.claim != "old-2" and job.published
+
+
+async def test_reconciler_is_quiet_when_nothing_was_claimed(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock, reconcile_after_ms=4000)
+    await run_until(clock.now_ms() + 60_000, h)
+    # One sweep at takeover, then sweeps only until after + margin past the last claim;
+    # a sweep makes two queries (unpublished jobs, then published ones nobody holds).
+    sweeps = 1 + (4000 * 3 // 2 + 1000) // 1000 + 2
+    assert store.ops["find_stale_dispatched"] <= 2 * sweeps, store.ops
+
+
+async def test_idle_with_jobs_parked_a_year_ahead_makes_no_second_queries(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    start = clock.now_ms()
+    year_ms = 365 * 86_400_000
+    await create(store, start, *((f"p{i}", start + year_ms + i * 10) for i in range(10_000)))
+    h = Harness(store, clock, lease_ttl_ms=30_000)  # renews every 10 s
+    await run_until(start + 5000, h)
+    before = dict(store.ops)
+    rounds = await run_until(start + 65_000, h, max_step_ms=60_000)
+    wake = await h.daemon.scanner.run_once()
+    # Asleep until the next safety poll (every 10 s), not the next second.
+    assert wake - clock.now_ms() > 1000, f"expected a long sleep, got {wake - clock.now_ms()} ms"
+
+    calls = {k: v - before.get(k, 0) for k, v in store.ops.items() if v != before.get(k, 0)}
+    assert calls.get("load_second", 0) == 0 and calls.get("claim_due", 0) == 0, calls
+    # A safety poll every 10 s (two listings) is all: nothing per second.
+    assert calls.get("next_seconds", 0) <= 2 * 7, calls
+    assert rounds <= 14, f"the loop should sleep, not spin: {rounds} rounds in 60 s"
+    assert h.daemon.scanner.loaded_jobs == 0
+
+
+async def test_pointer_is_saved_and_scan_lag_reported(store: MemoryStore, clock: FakeClock) -> None:
+    start = clock.now_ms()
+    await create(store, start - 60_000, *((f"old{i}", start - 60_000 + i) for i in range(10)))
+    h = Harness(store, clock)
+    await h.step()
+    assert await store.load_pointer("p0") == second_of(start - 60_000)
+    lag = h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds")
+    assert lag == 60, f"expected 60 s of lag during catch-up, got {lag}"
+    await run_until(start + 2000, h)
+    assert await store.load_pointer("p0") == second_of(clock.now_ms())
+    assert h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds") == 0
+    assert h.daemon.metrics.registry.get_sample_value("timer_daemon_leader") == 1
+
+
+async def test_writes_into_a_loaded_second_are_swept_not_reloaded(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A second that fills while loaded must not be re-read once per write (O(n^2))."""
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    target_s = second_of(start) + 4  # inside the look-ahead window, loaded at once
+    await create(store, start, ("first", target_s * 1000 + 10))
+    await h.step()
+    loads_before = store.ops["load_second"]
+    due: dict[str, int] = {}
+    for i in range(100):  # a hundred separate writes into the loaded second
+        clock.advance(10)
+        job = (f"late{i}", target_s * 1000 + (i * 9) % 1000)
+        due[job[0]] = job[1]
+        await create(store, clock.now_ms(), job)
+        await h.step()
+    await run_until(target_s * 1000 + 2000, h)
+
+    reloads = store.ops["load_second"] - loads_before
+    assert reloads <= 2, f"expected the changed second to be swept, got {reloads} reloads"
+    for job_id, due_at in due.items():
+        times = h.queue.times(job_id)
+        assert len(times) == 1, f"{job_id}: published {len(times)} times"
+        ahead = due_at - times[0]
+        assert 0 < ahead <= 2000, f"{job_id} published {ahead} ms before due"
+        sweep_step = 100
+        assert ahead >= CLAIM_AHEAD_MS - sweep_step - 50, f"{job_id} only {ahead} ms ahead"
+    assert store.ops["release_second"] >= 1
+    assert await store.next_seconds(target_s, target_s, 1) == []
+
+
+class SlowQueue(RecordingQueue):
+    """Each publish call takes real time, as confirms from a busy RabbitMQ do."""
+
+    async def publish(self, jobs: Sequence[Claimed]) -> None:
+        await asyncio.sleep(0.005)
+        await super().publish(jobs)
+
+
+async def test_a_herd_of_one_biz_type_does_not_hold_back_another(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock, publish_batch=50)
+    h.queue = SlowQueue(clock)
+    h.daemon.queue = h.queue
+    h.daemon.publisher._queue = h.queue
+    start = clock.now_ms()
+    herd_due = (second_of(start) + 3) * 1000
+    await create(store, start, *((f"h{i}", herd_due + 500) for i in range(2000)))
+    await create(store, start, ("steady", herd_due + 500), biz="coupons")
+    order: list[str] = []
+    original = h.queue.publish
+
+    async def recording(jobs: Sequence[Claimed]) -> None:
+        await original(jobs)
+        order.extend(job.job_id for job in jobs)
+
+    h.queue.publish = recording  # type: ignore[method-assign]
+    await run_until(herd_due + 1000, h)
+
+    assert len(order) == 2001, f"published {len(order)} of 2001"
+    position = order.index("steady")
+    assert position < 200, f"the other biz type's job went out as number {position} of 2001"

@@ -1,0 +1,66 @@
+"""Stopping tasks: a task that ignores its cancellation must not hang shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from timer_service.runtime import cancel_and_wait
+
+
+async def test_cancelled_tasks_are_awaited() -> None:
+    ended: list[str] = []
+
+    async def worker(name: str) -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            ended.append(name)
+
+    tasks = [asyncio.create_task(worker(n)) for n in "abc"]
+    await asyncio.sleep(0)
+    await cancel_and_wait(tasks, 1.0, "test")
+    assert sorted(ended) == ["a", "b", "c"]
+    assert all(t.cancelled() for t in tasks)
+
+
+async def test_a_task_that_swallows_cancellation_is_left_behind_after_the_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                continue  # like a driver that waits for a reply it already asked for
+
+    task = asyncio.create_task(stubborn(), name="stubborn")
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="timer_service.runtime"):
+        await cancel_and_wait([task], 0.2, "test")
+    assert 0.2 <= time.monotonic() - started < 1.0
+    assert not task.done()
+    assert any(getattr(r, "task", None) == "stubborn" for r in caplog.records)
+    release.set()
+    task.cancel()
+    await asyncio.wait([task], timeout=1)
+    assert task.done()
+
+
+async def test_a_failure_on_the_way_out_is_not_raised() -> None:
+    async def failing() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    task = asyncio.create_task(failing())
+    await asyncio.sleep(0)
+    await cancel_and_wait([task], 1.0, "test")
+    assert isinstance(task.exception(), RuntimeError)
