@@ -1,0 +1,168 @@
+"""Idle cost of the scan daemon with many jobs parked far ahead.
+
+Parks `--jobs` jobs a year ahead, starts the daemon (leader, change stream on),
+lets it settle, then measures over `--duration` seconds of idling:
+
+- daemon CPU: process CPU time / wall time, in % of one core. With the
+  in-memory store the store lives in this process too; with SecantusDB the
+  server's own CPU is shown beside it (read from /proc);
+- store calls by kind, counted by a wrapper around the store. The target is
+  no `load_second` / `claim_due` at all: the daemon sleeps until the next
+  non-empty second minus the look-ahead, waking only for lease renewals
+  (every ttl/3) and a safety poll every 10 s.
+
+    .venv/bin/python bench/idle_bench.py                       # both stores, 60 s each
+    .venv/bin/python bench/idle_bench.py --store memory --jobs 100000 --duration 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from daemon.app import Daemon
+from timer_service.clock import SystemClock
+from timer_service.metrics import Metrics
+from timer_service.queue.memory import MemoryQueue
+from timer_service.settings import Settings
+from timer_service.store.base import NewJob
+
+YEAR_MS = 365 * 86_400_000
+
+
+class CountingStore:
+    """Counts every coroutine call made to the wrapped store, by method name."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr) or name.startswith("_") or name == "watch_seconds":
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+async def park(store: Any, count: int) -> float:
+    start = time.perf_counter()
+    now = time.time_ns() // 1_000_000
+    base = now + YEAR_MS
+    batch = 1000
+    for first in range(0, count, batch):
+        await store.create_jobs(
+            [
+                NewJob("parked", f"p{i}", base + i * 7, "null")  # ~2 jobs per second, ~40 days
+                for i in range(first, min(count, first + batch))
+            ],
+            now,
+        )
+    return time.perf_counter() - start
+
+
+async def measure(
+    store: Any, jobs: int, duration_s: float, server_pid: int | None
+) -> dict[str, Any]:
+    park_s = await park(store, jobs)
+    counting = CountingStore(store)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    daemon = Daemon(settings, counting, MemoryQueue(), Metrics(), SystemClock())
+    await daemon.start()
+    while not daemon.is_leader:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(2)  # takeover: catch-up check, first window scan, first sweep
+    counting.calls.clear()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    server0 = proc_cpu_s(server_pid) if server_pid else 0.0
+    await asyncio.sleep(duration_s)
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    server = (proc_cpu_s(server_pid) - server0) if server_pid else None
+    calls = dict(counting.calls)
+    loaded = daemon.scanner.loaded_jobs
+    await daemon.stop()
+    return {
+        "park_s": park_s,
+        "cpu_pct": 100 * cpu / wall,
+        "server_pct": None if server is None else 100 * server / wall,
+        "calls": calls,
+        "loaded": loaded,
+        "wall": wall,
+    }
+
+
+def report(kind: str, jobs: int, r: dict[str, Any]) -> None:
+    calls = r["calls"]
+    empty = calls.get("load_second", 0) + calls.get("claim_due", 0)
+    server = "-" if r["server_pct"] is None else f"{r['server_pct']:.2f}%"
+    print(
+        f"{kind:<9} {jobs:>9,} {r['park_s']:>7.1f}s {r['wall']:>6.0f}s {r['cpu_pct']:>9.3f}% "
+        f"{server:>10} {r['loaded']:>7} {empty:>12}   "
+        + ", ".join(f"{k}={v}" for k, v in sorted(calls.items())),
+        flush=True,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=["memory", "secantus", "all"], default="all")
+    parser.add_argument("--jobs", type=int, help="parked jobs (default 1,000,000 / 100,000)")
+    parser.add_argument("--duration", type=float, default=60.0, help="idle seconds measured")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+
+    print(
+        f"{'store':<9} {'parked':>9} {'park in':>8} {'idle':>7} {'daemon CPU':>10} "
+        f"{'store CPU':>10} {'in wheel':>7} {'load+claim':>12}   store calls while idle"
+    )
+    if args.store in ("memory", "all"):
+        from timer_service.store.memory import MemoryStore
+
+        jobs = args.jobs or 1_000_000
+        store = MemoryStore(buckets=60)
+        await store.setup()
+        report("memory", jobs, await measure(store, jobs, args.duration, None))
+        await store.close()
+    if args.store in ("secantus", "all"):
+        from tests.support import SecantusServer
+        from timer_service.store.mongo import MongoStore
+
+        jobs = args.jobs or 100_000
+        server = SecantusServer()
+        server.start()
+        try:
+            assert server.proc is not None
+            mongo = MongoStore(
+                server.url, f"idle{uuid.uuid4().hex[:8]}", buckets=60, retention_ms=86_400_000
+            )
+            await mongo.setup()
+            report("secantus", jobs, await measure(mongo, jobs, args.duration, server.proc.pid))
+            await mongo.drop_database()
+            await mongo.close()
+        finally:
+            server.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,110 @@
+"""Store round trips per fired job, and CPU per job, for the whole pipeline.
+
+Daemon and broker run in this process over one MongoStore (SecantusDB server in
+a subprocess) and the in-process queue; a fast receiver answers in its own
+process. Jobs are registered ahead in batches (as `POST /v1/jobs:batch` does),
+spread evenly over the run. Every store call of the daemon and the broker is
+counted by operation; each is one round trip, except `create_jobs` batches
+(several bulk writes) and the bucket fan-out of `find_stale_dispatched`.
+
+    .venv/bin/python bench/roundtrips_bench.py [--jobs 2000] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from http_client_bench import start_receiver  # noqa: E402
+
+from broker.app import Broker  # noqa: E402
+from daemon.app import Daemon  # noqa: E402
+from tests.support import SecantusServer  # noqa: E402
+from timer_service.clock import SystemClock  # noqa: E402
+from timer_service.metrics import Metrics  # noqa: E402
+from timer_service.model import BizType  # noqa: E402
+from timer_service.queue.memory import MemoryQueue  # noqa: E402
+from timer_service.settings import Settings  # noqa: E402
+from timer_service.store.base import NewJob  # noqa: E402
+from timer_service.store.mongo import MongoStore  # noqa: E402
+
+
+async def run(jobs: int, seconds: int) -> None:
+    server = SecantusServer()
+    server.start()
+    receiver, port = start_receiver()
+    store = MongoStore(server.url, f"rt{uuid.uuid4().hex[:8]}", buckets=60)
+    await store.setup()
+    clock = SystemClock()
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    metrics = Metrics()
+    queue = MemoryQueue()
+    await store.put_biz_type(BizType("rt", f"http://127.0.0.1:{port}/callback"))
+    daemon = Daemon(settings, store, queue, metrics, clock)
+    broker = Broker(settings, store, queue, metrics, clock)
+    try:
+        first_due = clock.now_ms() + 4000
+        step = seconds * 1000 / jobs
+        batch = [NewJob("rt", f"j{i}", first_due + int(i * step), "null") for i in range(jobs)]
+        for start in range(0, jobs, 1000):
+            await store.create_jobs(batch[start : start + 1000], clock.now_ms())
+        before = Counter(store.ops)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        await daemon.start()
+        await broker.start()
+        deadline = time.monotonic() + seconds + 120
+        while time.monotonic() < deadline:
+            delivered = metrics.registry.get_sample_value(
+                "timer_callbacks_total", {"biz_type": "rt", "outcome": "delivered"}
+            )
+            if delivered is not None and delivered >= jobs:
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(3)  # let the last outcomes land
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        ops = Counter(store.ops)
+        ops.subtract(before)
+        for noise in ("list_jobs", "ping"):
+            ops.pop(noise, None)
+        total = sum(v for v in ops.values() if v > 0)
+        print(
+            f"\n{jobs:,} jobs fired over {seconds} s ({jobs / seconds:.0f}/s) on SecantusDB, "
+            f"daemon + broker in one process, in-process queue"
+        )
+        print("| store operation | calls | per fired job |\n|---|---|---|")
+        for name, count in sorted(ops.items(), key=lambda kv: -kv[1]):
+            if count > 0:
+                print(f"| {name} | {count:,} | {count / jobs:.3f} |")
+        print(f"| **all** | {total:,} | **{total / jobs:.3f}** |")
+        print(
+            f"\ndaemon + broker CPU: {cpu:.1f} s over {wall:.0f} s = "
+            f"{cpu * 1e6 / jobs:.0f} µs per fired job"
+        )
+    finally:
+        await broker.stop()
+        await daemon.stop()
+        await store.drop_database()
+        await store.close()
+        receiver.kill()
+        server.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    asyncio.run(run(args.jobs, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
