@@ -419,3 +419,17 @@ async def test_sigterm_finishes_in_flight_and_exits_0(env: Env) -> None:
     assert delivered == sent, f"every callback sent must be recorded: sent {sent}, got {states}"
     depth = await env.queue.queue_depth("orders")
     assert depth == 20 - sent, f"expected the {20 - sent} unsent back in the queue, got {depth}"
+
+
+@pytest.mark.parametrize(("url_suffix", "expected_s"), [("", 1.0), ("?reconnect_interval=3", 3.0)])
+async def test_reconnects_every_second_unless_the_url_says_otherwise(
+    url_suffix: str, expected_s: float
+) -> None:
+    # aio-pika's own default (5 s) added up to 4 s to every RabbitMQ restart.
+    queue = AmqpQueue(AMQP_URL.rstrip("/") + "/" + url_suffix, "t")
+    await queue.connect()
+    try:
+        assert queue._connection is not None
+        assert queue._connection.reconnect_interval == expected_s  # type: ignore[attr-defined]
+    finally:
+        await queue.close()

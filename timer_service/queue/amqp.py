@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from urllib.parse import parse_qs, urlsplit
 
 import aio_pika
 from aio_pika.abc import (
@@ -30,6 +31,7 @@ def exchange_name(prefix: str) -> str:
 
 
 QUEUE_ARGUMENTS = {"x-queue-type": "quorum", "x-single-active-consumer": True}
+RECONNECT_INTERVAL_S = 1.0
 
 
 class AmqpDelivery:
@@ -77,11 +79,17 @@ class AmqpQueue:
         self._biz_exchanges: dict[str, AbstractRobustExchange] = {}
 
     async def connect(self) -> None:
+        # aio-pika waits 5 s between reconnect attempts by default; a RabbitMQ restart
+        # then costs up to 5 s of dispatch on top of the outage (measured: back at
+        # +6.0 s, reconnected at +10.0 s). A URL's own `reconnect_interval` wins.
+        in_url = "reconnect_interval" in parse_qs(urlsplit(self._url).query)
+        interval = None if in_url else RECONNECT_INTERVAL_S
         self._connection = await aio_pika.connect_robust(
             self._url,
             client_properties={
                 "connection_name": "timer-service",
             },
+            reconnect_interval=interval,
         )
         self._publish_channel = await self._connection.channel(publisher_confirms=True)  # type: ignore[assignment]
         assert self._publish_channel is not None
