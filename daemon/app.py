@@ -18,6 +18,7 @@ from daemon.schedule_hook import ScheduleHook
 from timer_service.clock import Clock, SystemClock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
+from timer_service.model import JobState
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap
 from timer_service.scheduling import default_scheduler
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 ERROR_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 WATCH_RETRY_MAX_S = 30.0
 SCHEDULE_REPAIR_EVERY_MS = 300_000
+SAMPLED_STATES = (JobState.PENDING, JobState.DISPATCHED, JobState.DEAD)
 
 
 def default_holder_id() -> str:
@@ -76,6 +78,7 @@ class Daemon:
         self._lease_event = asyncio.Event()
         self._watch_wakeup = asyncio.Event()
         self._stop_watch = asyncio.Event()
+        self._stats_wakeup = asyncio.Event()
         self._watch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -109,6 +112,8 @@ class Daemon:
             self._watch_task,
             asyncio.create_task(self._reconcile_loop(), name="daemon-reconcile"),
         ]
+        if self.settings.stats_interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._stats_loop(), name="daemon-stats"))
 
     async def stop(self) -> None:
         if self._stopped:
@@ -131,6 +136,33 @@ class Daemon:
         self.scanner.wake.set()
         self._lease_event.set()
         self._watch_wakeup.set()
+        self._stats_wakeup.set()
+        if not self.lease.is_leader:
+            self.metrics.jobs_by_state({})
+
+    async def sample_job_counts(self) -> None:
+        """Export how many jobs each biz type has pending, dispatched and dead (0 for
+        none), while leading. One read of every open job: hence an interval."""
+        counts: dict[tuple[str, str], int] = {
+            (biz.biz_type, state): 0
+            for biz in await self.store.list_biz_types()
+            for state in SAMPLED_STATES
+        }
+        for key, count in (await self.store.count_jobs(SAMPLED_STATES)).items():
+            counts[key] = count
+        if self.lease.is_leader:
+            self.metrics.jobs_by_state(counts)
+
+    async def _stats_loop(self) -> None:
+        interval_ms = int(self.settings.stats_interval_s * 1000)
+        while True:
+            if self.lease.is_leader:
+                try:
+                    await self.sample_job_counts()
+                except Exception as exc:  # the next interval tries again
+                    self.metrics.store_error("count_jobs")
+                    log.warning("job count sample failed", extra={"error": repr(exc)})
+            await self._sleep_until(self.clock.now_ms() + interval_ms, self._stats_wakeup)
 
     async def _ensure_topology(self) -> None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -52,6 +54,13 @@ class Metrics:
             "Callback round trip",
             ["biz_type"],
             buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._jobs_by_state = Gauge(
+            "timer_jobs_by_state",
+            "Jobs per biz type in each open state (pending, dispatched, dead), "
+            "sampled every TIMER_STATS_INTERVAL_S by the leading daemon",
+            ["biz_type", "state"],
             registry=r,
         )
         self._scan_lag = Gauge(
@@ -114,6 +123,13 @@ class Metrics:
         if bool(previous) != is_leader:
             self._lease_changes.labels("acquired" if is_leader else "lost").inc()
         self._leader.set(1 if is_leader else 0)
+
+    def jobs_by_state(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Replace the whole sample; `{}` (a daemon that stopped leading) removes it, so
+        that only the leader's figures are ever exported."""
+        self._jobs_by_state.clear()
+        for (biz_type, state), count in counts.items():
+            self._jobs_by_state.labels(biz_type, state).set(count)
 
     def publish_failed(self) -> None:
         self._publish_failures.inc()

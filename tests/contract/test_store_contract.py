@@ -356,6 +356,31 @@ async def test_outcomes_delivered_retry_dead(store: JobStore) -> None:
     assert again.attempt == 2 and again.due_at == NOW + 5000
 
 
+async def test_count_jobs_per_biz_type_and_state(store: JobStore) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("ok"), new("dead"), new("held"), new("later", due_at=NOW + 60_000))
+    await create(store, NewJob("billing", "b1", NOW + 90_000, encode_payload(None)))
+    await create(store, new("gone", due_at=NOW + 70_000))
+    await store.cancel_job("orders", "gone", NOW)
+    claimed = {c.job_id: c for c in await claim_second(store, s)}
+    ref = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
+    await store.record_outcomes(
+        [
+            Outcome(ref["ok"], OutcomeKind.DELIVERED, attempt(1)),
+            Outcome(ref["dead"], OutcomeKind.DEAD, attempt(1, status=400)),
+        ],
+        NOW + 5010,
+    )
+    open_states = [JobState.PENDING, JobState.DISPATCHED, JobState.DEAD]
+    assert await store.count_jobs(open_states) == {
+        ("orders", JobState.PENDING): 1,
+        ("orders", JobState.DISPATCHED): 1,
+        ("orders", JobState.DEAD): 1,
+        ("billing", JobState.PENDING): 1,
+    }
+    assert await store.count_jobs([JobState.CANCELLED]) == {("orders", JobState.CANCELLED): 1}
+
+
 async def test_outcome_for_a_cancelled_job_keeps_it_cancelled(store: JobStore) -> None:
     await create(store, new("a"), new("b"))
     claimed = {c.job_id: c for c in await claim_second(store, second_of(NOW + 5000))}

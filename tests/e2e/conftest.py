@@ -55,6 +55,7 @@ def split_stack(secantus: SecantusServer, **extra_env: str) -> Stack:
         "TIMER_LEASE_TTL_MS": "2000",
         "TIMER_SHUTDOWN_GRACE_S": "5",
         "TIMER_LOG_LEVEL": "INFO",
+        "TIMER_STATS_INTERVAL_S": "1",
         **extra_env,
     }
     stack = Stack("split", api_port, env)
@@ -75,6 +76,7 @@ def dev_stack(data_dir: str, **extra_env: str) -> Stack:
         "TIMER_DATA_DIR": data_dir,
         "TIMER_HTTP_PORT": str(api_port),
         "TIMER_SHUTDOWN_GRACE_S": "5",
+        "TIMER_STATS_INTERVAL_S": "1",
         **extra_env,
     }
     for unset in ("TIMER_MONGO_URL", "TIMER_AMQP_URL"):

@@ -3,6 +3,7 @@ sensible values (issue 5)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
@@ -59,15 +60,20 @@ def total(samples: list[tuple[str, dict[str, str], float]], name: str, **labels:
 
 
 async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver: Receiver) -> None:
-    fast, limited = unique_name("m"), unique_name("rl")
+    fast, limited, parked = unique_name("m"), unique_name("rl"), unique_name("pk")
     jobs = 40
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as api:
-        for biz, extra in ((fast, {}), (limited, {"rate_limit_per_s": 5, "burst": 1})):
+        for biz, extra in (
+            (fast, {}),
+            (limited, {"rate_limit_per_s": 5, "burst": 1}),
+            (parked, {}),
+        ):
             r = await api.put(f"/v1/biz-types/{biz}", json={"callback_url": receiver.url, **extra})
             assert r.status_code == 201, r.text
         due = now_ms() + 1500
         body = [{"biz_type": fast, "job_id": f"a{i}", "due_at": due + i * 5} for i in range(jobs)]
         body += [{"biz_type": limited, "job_id": f"b{i}", "due_at": due} for i in range(8)]
+        body += [{"biz_type": parked, "job_id": f"p{i}", "delay_ms": 3_600_000} for i in range(2)]
         r = await api.post("/v1/jobs:batch", json={"jobs": body})
         assert r.status_code == 200, r.text
     await receiver.wait_for({f"a{i}" for i in range(jobs)} | {f"b{i}" for i in range(8)}, 30)
@@ -99,3 +105,14 @@ async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver:
     assert sorted(leaders)[-1] == 1.0, f"no process reports leadership: {leaders}"
     lag = [v for n, _, v in m["timer_scan_lag_seconds"] if n == "timer_scan_lag_seconds"]
     assert lag and max(lag) < 5, f"scan lag {lag}"
+
+    # The leading daemon's sample (every second here): only the leader exports it.
+    def by_state(biz: str, state: str) -> list[float]:
+        family = scrape(stack)["timer_jobs_by_state"]
+        return [v for _, lab, v in family if lab == {"biz_type": biz, "state": state}]
+
+    deadline = now_ms() + 10_000
+    while by_state(parked, "pending") != [2] and now_ms() < deadline:
+        await asyncio.sleep(0.2)
+    assert by_state(parked, "pending") == [2]
+    assert by_state(fast, "pending") == [0] and by_state(fast, "dead") == [0]

@@ -11,7 +11,7 @@ from daemon.app import Daemon
 from daemon.lease import LEASE_NAME
 from timer_service.clock import FakeClock
 from timer_service.metrics import Metrics
-from timer_service.model import JobState, second_of
+from timer_service.model import BizType, JobState, second_of
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
 from timer_service.store.base import Claimed, NewJob
@@ -435,6 +435,37 @@ async def test_pointer_is_saved_and_scan_lag_reported(store: MemoryStore, clock:
     assert await store.load_pointer("p0") == second_of(clock.now_ms())
     assert h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds") == 0
     assert h.daemon.metrics.registry.get_sample_value("timer_daemon_leader") == 1
+
+
+async def test_only_the_leader_exports_job_counts_per_biz_type_and_state(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    start = clock.now_ms()
+    for name in ("orders", "quiet"):
+        await store.put_biz_type(BizType(name, "http://127.0.0.1:1/", created_at=1, updated_at=1))
+    await create(store, start, *((f"j{i}", start + 60_000) for i in range(3)))
+    a, b = Harness(store, clock), Harness(store, clock)
+    await a.step()
+    await b.step()
+
+    def sample(h: Harness, biz: str, state: str) -> float | None:
+        return h.daemon.metrics.registry.get_sample_value(
+            "timer_jobs_by_state", {"biz_type": biz, "state": state}
+        )
+
+    await a.daemon.sample_job_counts()
+    await b.daemon.sample_job_counts()
+    assert sample(a, "orders", "pending") == 3
+    assert sample(a, "orders", "dead") == 0 and sample(a, "quiet", "pending") == 0
+    assert sample(b, "orders", "pending") is None, "a standby must not export a second copy"
+
+    clock.advance(3500)  # A stalls past its TTL; B takes over
+    await b.step()
+    await a.step()
+    assert b.daemon.is_leader and not a.daemon.is_leader
+    assert sample(a, "orders", "pending") is None, "stepping down removes the sample"
+    await b.daemon.sample_job_counts()
+    assert sample(b, "orders", "pending") == 3
 
 
 async def test_writes_into_a_loaded_second_are_swept_not_reloaded(

@@ -182,6 +182,11 @@ class JobStore(Protocol):
     ) -> list[Claimed]:
         """Move still-dispatched jobs (same old claim) to a new claim; returns those moved."""
 
+    async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
+        """How many jobs each biz type has in each of `states`; pairs with none are left
+        out. Reads every such job once: meant for an occasional sample (the leading
+        daemon's gauges), not a hot path."""
+
     def watch_seconds(self, stop: asyncio.Event | None = None) -> AsyncIterator[int]:
         """Seconds whose entry was created or bumped, as they happen; ends within about
         a second once `stop` is set (cancelling it instead may wait on the store). May

@@ -294,6 +294,14 @@ class MemoryStore:
         out.sort(key=lambda j: j.claimed_at or 0)
         return out[:limit]
 
+    async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
+        self.ops["count_jobs"] += 1
+        wanted = set(states)
+        counts: Counter[tuple[str, JobState]] = Counter(
+            (job.biz_type, job.state) for job in self._jobs.values() if job.state in wanted
+        )
+        return dict(counts)
+
     async def reclaim(
         self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
     ) -> list[Claimed]:

@@ -710,6 +710,20 @@ class MongoStore:
         jobs.sort(key=lambda j: j.claimed_at or 0)
         return jobs[:limit]
 
+    async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
+        self.ops["count_jobs"] += 1
+        pipeline: list[dict[str, Any]] = [
+            # Served by the (state, claimed_at) index of every bucket.
+            {"$match": {"state": {"$in": sorted(states)}}},
+            {"$group": {"_id": {"b": "$biz_type", "s": "$state"}, "n": {"$sum": 1}}},
+        ]
+        counts: Counter[tuple[str, JobState]] = Counter()
+        # One bucket after another: a sample must not hold the store up for the hot path.
+        for coll in self._buckets:
+            async for row in await coll.aggregate(pipeline):
+                counts[(row["_id"]["b"], JobState(row["_id"]["s"]))] += int(row["n"])
+        return dict(counts)
+
     async def reclaim(
         self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
     ) -> list[Claimed]:
