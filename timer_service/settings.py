@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     catchup_rate_per_s: int = Field(default=5000, ge=1)  # bound on backlog dispatch after downtime
     publish_batch: int = Field(default=1000, ge=1)
     broker_prefetch: int = Field(default=2000, ge=1)
-    stats_interval_s: float = Field(default=60, ge=0)  # timer_jobs_by_state sample; 0 = off
+    stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
 
     @property
     def retention_ms(self) -> int:
