@@ -76,13 +76,29 @@ class Publisher:
     async def _work(self, biz_type: str) -> None:
         backlog = self._backlogs[biz_type]
         while backlog:
-            items, keep_trying = backlog.pop(0)
+            items, keep_trying = self._take(backlog)
             try:
                 await self.publish(items, keep_trying)
             except Exception:  # publish() retries itself; this is a bug guard
                 log.exception("publishing failed", extra={"biz_type": biz_type})
         self._backlogs.pop(biz_type, None)
         self._workers.pop(biz_type, None)
+
+    def _take(
+        self, backlog: list[tuple[Sequence[Claimed], Callable[[], bool]]]
+    ) -> tuple[Sequence[Claimed], Callable[[], bool]]:
+        """The next claims to publish: after a stall (RabbitMQ away, a slow confirm) the
+        backlog holds many small claims, one per tick; they go out together, up to one
+        batch, instead of one confirm round each."""
+        items, keep_trying = backlog.pop(0)
+        if not backlog or len(items) + len(backlog[0][0]) > self._batch:
+            return items, keep_trying
+        merged, checks = list(items), [keep_trying]
+        while backlog and len(merged) + len(backlog[0][0]) <= self._batch:
+            more, check = backlog.pop(0)
+            merged.extend(more)
+            checks.append(check)
+        return merged, lambda: all(check() for check in checks)
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for submitted jobs to be published; True when nothing is left."""

@@ -532,3 +532,35 @@ async def test_a_herd_of_one_biz_type_does_not_hold_back_another(
     assert len(order) == 2001, f"published {len(order)} of 2001"
     position = order.index("steady")
     assert position < 200, f"the other biz type's job went out as number {position} of 2001"
+
+
+async def test_claims_piled_up_during_an_outage_go_out_together(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """RabbitMQ away: every tick's small claim waits behind the first one's retries.
+    Once it is back they are published in one round, not one confirm round each."""
+    from daemon.publisher import Publisher
+
+    class Flaky(RecordingQueue):
+        down = True
+        rounds = 0
+
+        async def publish(self, jobs: Sequence[Claimed]) -> None:
+            self.rounds += 1
+            if self.down:
+                raise ConnectionError("RabbitMQ away")
+            await super().publish(jobs)
+
+    queue = Flaky(clock)
+    publisher = Publisher(queue, store, Metrics(), clock, batch=100, retry_max_wait_s=0.01)
+    now = clock.now_ms()
+    claims = [Claimed(BIZ, f"j{i}", second_of(now), now, now, 1, f"c{i}") for i in range(30)]
+    leading = True
+    for claim in claims:
+        publisher.submit([claim], lambda: leading)
+    await asyncio.sleep(0.05)  # the first claim retries; the other 29 pile up
+    queue.down = False
+    rounds_while_down = queue.rounds
+    assert await publisher.drain(5)
+    assert [job.job_id for job in queue.published] == [f"j{i}" for i in range(30)]
+    assert queue.rounds - rounds_while_down <= 2, "the piled-up claims should go out together"
