@@ -235,6 +235,27 @@ async def test_list_by_state_pages_in_key_order_across_buckets(store: JobStore) 
     assert pending_everywhere[-1].biz_type == "orders2"
 
 
+async def test_list_by_state_with_most_jobs_in_one_bucket(store: JobStore) -> None:
+    # 30 jobs due in one second (one bucket) and 10 spread out, interleaved in key
+    # order: a page must drain the crowded bucket in several reads without skipping.
+    crowded = [new(f"k{i:03}", due_at=NOW + 5000) for i in range(0, 60, 2)]
+    spread = [new(f"k{i:03}", due_at=NOW + 7000 + i * 1000) for i in range(1, 20, 2)]
+    await create(store, *crowded, *spread)
+    await create(store, new("z-delivered-later", due_at=NOW + 5000))
+    expected = sorted(j.job_id for j in crowded + spread)
+    for limit in (1, 7, 100):
+        seen, cursor = [], None
+        while True:
+            page, cursor = await store.list_jobs("orders", JobState.PENDING, limit, cursor)
+            assert len(page) <= limit
+            seen.extend(j.job_id for j in page)
+            if cursor is None:
+                break
+        assert seen == expected + ["z-delivered-later"], f"limit {limit}"
+    none, cursor = await store.list_jobs("orders", JobState.DEAD, 10, None)
+    assert none == [] and cursor is None
+
+
 # -- the daemon's operations ---------------------------------------------------------
 
 
