@@ -178,6 +178,12 @@ def test_a_1_mb_header_is_a_4xx(client: httpx.Client) -> None:
     assert_refused(response, set(range(400, 500)), problem=False)
 
 
+def test_a_32_kb_header_is_a_431_problem(client: httpx.Client) -> None:
+    response = client.get("/v1/jobs", headers={"X-Big": "a" * 32 * 1024})
+    assert_refused(response, {431})
+    assert "bytes of headers" in response.json()["detail"]
+
+
 def test_200_headers_are_a_4xx(client: httpx.Client) -> None:
     response = client.get("/v1/jobs", headers={f"X-H{i}": "v" for i in range(200)})
     assert_refused(response, {431})

@@ -10,6 +10,11 @@ from timer_service.api.problems import problem_response
 # Apache's LimitRequestFields default. The size of the header block is capped
 # below this by the HTTP server itself (h11: 16 KiB, answered 400).
 MAX_HEADER_FIELDS = 100
+# Header bytes (names and values) the app accepts; up to SERVER_HEADER_BYTES the HTTP
+# server reads the request and this answers 431 with a problem document; beyond that
+# the server itself refuses it with a plain 400 before the app sees anything.
+MAX_HEADER_BYTES = 16 * 1024
+SERVER_HEADER_BYTES = 64 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -67,20 +72,32 @@ class BodyLimitMiddleware:
 
 
 class HeaderLimitMiddleware:
-    """431 for a request with more than `max_fields` header fields."""
+    """431 for a request with more than `max_fields` header fields or `max_bytes` of
+    header names and values."""
 
-    def __init__(self, app: ASGIApp, max_fields: int = MAX_HEADER_FIELDS) -> None:
+    def __init__(
+        self, app: ASGIApp, max_fields: int = MAX_HEADER_FIELDS, max_bytes: int = MAX_HEADER_BYTES
+    ) -> None:
         self.app = app
         self.max_fields = max_fields
+        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and len(scope["headers"]) > self.max_fields:
-            count = len(scope["headers"])
-            detail = f"The request has {count} header fields; the limit is {self.max_fields}."
-            response = problem_response(431, detail, headers={"Connection": "close"})
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            detail = self._too_large(scope["headers"])
+            if detail is not None:
+                response = problem_response(431, detail, headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    def _too_large(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        if len(headers) > self.max_fields:
+            return f"The request has {len(headers)} header fields; the limit is {self.max_fields}."
+        size = sum(len(name) + len(value) for name, value in headers)
+        if size > self.max_bytes:
+            return f"The request has {size} bytes of headers; the limit is {self.max_bytes}."
+        return None
 
 
 def _content_length(scope: Scope) -> int | None:

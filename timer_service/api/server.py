@@ -14,7 +14,7 @@ from starlette.types import ASGIApp
 
 from timer_service import wiring
 from timer_service.api.app import create_app
-from timer_service.api.limits import HeaderLimitMiddleware
+from timer_service.api.limits import SERVER_HEADER_BYTES, HeaderLimitMiddleware
 from timer_service.clock import SystemClock
 from timer_service.logs import setup_logging
 from timer_service.metrics import Metrics
@@ -55,6 +55,7 @@ async def serve(
         lifespan="on",
         access_log=False,
         log_config=None,
+        h11_max_incomplete_event_size=SERVER_HEADER_BYTES,
         timeout_graceful_shutdown=None if grace_s is None else math.ceil(grace_s),
     )
     server = _Server(config)
