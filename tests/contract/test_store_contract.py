@@ -251,7 +251,7 @@ async def test_list_by_state_with_most_jobs_in_one_bucket(store: JobStore) -> No
             seen.extend(j.job_id for j in page)
             if cursor is None:
                 break
-        assert seen == expected + ["z-delivered-later"], f"limit {limit}"
+        assert seen == [*expected, "z-delivered-later"], f"limit {limit}"
     none, cursor = await store.list_jobs("orders", JobState.DEAD, 10, None)
     assert none == [] and cursor is None
 
