@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,17 @@ async def park(store: Any, count: int) -> float:
     return time.perf_counter() - start
 
 
+async def costs(
+    work: Awaitable[object], server_pid: int | None
+) -> tuple[float, float, float | None]:
+    """Wall seconds, this process's CPU seconds and the store server's (if any) for `work`."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    server0 = proc_cpu_s(server_pid) if server_pid else 0.0
+    await work
+    server = (proc_cpu_s(server_pid) - server0) if server_pid else None
+    return time.perf_counter() - wall0, time.process_time() - cpu0, server
+
+
 async def measure(
     store: Any, jobs: int, duration_s: float, server_pid: int | None
 ) -> dict[str, Any]:
@@ -93,23 +105,16 @@ async def measure(
         await asyncio.sleep(0.01)
     await asyncio.sleep(2)  # takeover: catch-up check, first window scan, first sweep
     counting.calls.clear()
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    server0 = proc_cpu_s(server_pid) if server_pid else 0.0
-    await asyncio.sleep(duration_s)
-    wall = time.perf_counter() - wall0
-    cpu = time.process_time() - cpu0
-    server = (proc_cpu_s(server_pid) - server0) if server_pid else None
+    wall, cpu, server = await costs(asyncio.sleep(duration_s), server_pid)
     calls = dict(counting.calls)
     loaded = daemon.scanner.loaded_jobs
     # One timer_jobs_by_state sample (every TIMER_STATS_INTERVAL_S while leading): it
     # reads every open job, so its cost is reported on its own.
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    server0 = proc_cpu_s(server_pid) if server_pid else 0.0
-    await daemon.sample_job_counts()
+    sample_wall, sample_cpu, sample_server = await costs(daemon.sample_job_counts(), server_pid)
     sample = {
-        "wall_ms": 1000 * (time.perf_counter() - wall0),
-        "cpu_ms": 1000 * (time.process_time() - cpu0),
-        "server_ms": (1000 * (proc_cpu_s(server_pid) - server0)) if server_pid else None,
+        "wall_ms": 1000 * sample_wall,
+        "cpu_ms": 1000 * sample_cpu,
+        "server_ms": None if sample_server is None else 1000 * sample_server,
     }
     await daemon.stop()
     return {

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.e2e.harness import Receiver
 from tests.support import AMQP_URL, SecantusServer, secantus_server, unique_name
 from timer_service.clock import FakeClock
 
@@ -63,3 +64,12 @@ async def memory_store() -> AsyncIterator[object]:
     await store.setup()
     yield store
     await store.close()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A loopback HTTP receiver recording every callback (e2e and fault tests)."""
+    r = Receiver()
+    await r.start()
+    yield r
+    await r.stop()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 
 from tests.e2e.harness import Service
@@ -102,3 +103,9 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     finally:
         built.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
+        yield client

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -29,14 +28,6 @@ CONTRACT = {
     "timer_rate_limited": "counter",
 }
 REQUIRED_BUCKETS = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 60.0}
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    yield r
-    await r.stop()
 
 
 def scrape(stack: Stack) -> dict[str, list[tuple[str, dict[str, str], float]]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -14,20 +13,6 @@ from tests.e2e.harness import Receiver, lateness_report, now_ms, wait_job_state
 from tests.support import unique_name
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    yield r
-    await r.stop()
-
-
-@pytest.fixture
-async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
-        yield client
 
 
 async def put_biz(api: httpx.AsyncClient, receiver: Receiver, **config: object) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -17,20 +16,6 @@ from timer_service.constants import MAX_CLAIM_AHEAD_MS
 pytestmark = pytest.mark.e2e
 
 ON_TIME_MS = 150
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    yield r
-    await r.stop()
-
-
-@pytest.fixture
-async def api(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
-        yield client
 
 
 async def put_biz(api: httpx.AsyncClient, receiver: Receiver) -> str:

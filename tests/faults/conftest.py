@@ -154,14 +154,6 @@ class Run:
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    yield r
-    await r.stop()
-
-
-@pytest.fixture
 async def deployment(own_store: SecantusServer, receiver: Receiver) -> AsyncIterator[Run]:
     """api + two daemons (leader and standby) + two brokers."""
     stack = split_stack(own_store)
