@@ -38,10 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.app import Daemon
 from timer_service.clock import SystemClock
+from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
-from timer_service.store.base import Claimed, NewJob
+from timer_service.store.base import NewJob
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 BIZ = "bench"

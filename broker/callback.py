@@ -10,9 +10,9 @@ import email.utils
 import json
 from dataclasses import dataclass
 
+from timer_service.dispatch import OutcomeKind
 from timer_service.model import Attempt, BizType, Job, RetryPolicy
 from timer_service.signing import sign
-from timer_service.store.base import OutcomeKind
 
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
 

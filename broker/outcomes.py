@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.dispatch import Outcome
 from timer_service.metrics import Metrics
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import JobStore, Outcome
+from timer_service.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

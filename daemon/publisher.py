@@ -12,10 +12,11 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import Claimed, JobStore
+from timer_service.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,12 @@ from daemon.publisher import ClaimTokens, Publisher
 from daemon.wheel import Timer, TimingWheel
 from timer_service.clock import Clock
 from timer_service.constants import MAX_CLAIM_AHEAD_MS
+from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.errors import LeaseLost
 from timer_service.metrics import Metrics
 from timer_service.model import second_of
 from timer_service.settings import Settings
-from timer_service.store.base import Claimed, JobStore, SecondEntry
+from timer_service.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

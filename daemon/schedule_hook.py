@@ -15,8 +15,8 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
+from timer_service.dispatch import Claimed
 from timer_service.scheduling import Scheduler
-from timer_service.store.base import Claimed
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timer_service.clock import Clock
+from timer_service.dispatch import Claimed
 from timer_service.errors import Conflict, NotFound
 from timer_service.metrics import Metrics
 from timer_service.model import JobState, same_payload
@@ -37,7 +38,7 @@ from timer_service.schedules import (
     plan_after,
     schedule_key,
 )
-from timer_service.store.base import Claimed, CreateStatus, JobStore, NewJob
+from timer_service.store.base import CreateStatus, JobStore, NewJob
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,10 @@ from typing import Any
 import pytest
 
 from tests.support import unique_name
+from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
 from timer_service.errors import Conflict, NotFound
 from timer_service.model import Attempt, BizType, Job, JobState, encode_payload, second_of
-from timer_service.store.base import (
-    CreateStatus,
-    JobStore,
-    NewJob,
-    Outcome,
-    OutcomeKind,
-    SecondEntry,
-    SendRef,
-)
+from timer_service.store.base import CreateStatus, JobStore, NewJob
 from timer_service.store.memory import MemoryStore
 from timer_service.store.mongo import MongoStore
 

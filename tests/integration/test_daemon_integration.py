@@ -19,11 +19,12 @@ import pytest
 from daemon.app import Daemon
 from tests.support import AMQP_URL, VENV_BIN, SecantusServer, free_port
 from timer_service.clock import SystemClock
+from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.model import BizType
 from timer_service.queue.amqp import QUEUE_ARGUMENTS, AmqpQueue, exchange_name, queue_name
 from timer_service.settings import Settings
-from timer_service.store.base import Claimed, NewJob
+from timer_service.store.base import NewJob
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import pytest
 
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
+from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.metrics import Metrics
 from timer_service.model import Attempt
 from timer_service.settings import Settings
-from timer_service.store.base import Outcome, OutcomeKind, SendRef
 from timer_service.store.memory import MemoryStore
 
 NOW = 1_767_225_600_000  # FakeClock's start: 2026-01-01T00:00:00Z

@@ -11,13 +11,13 @@ import pytest
 from tests.unit.test_api import expect, locs
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
+from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.model import JobState
 from timer_service.schedule_store import MemoryScheduleStore
 from timer_service.schedules import MAX_SCHEDULE_ID_LEN
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
-from timer_service.store.base import Claimed
 from timer_service.store.memory import MemoryStore
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z

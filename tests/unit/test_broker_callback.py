@@ -10,8 +10,8 @@ import json
 import pytest
 
 from broker.callback import Response, build_request, judge, parse_retry_after, retry_wait_ms
+from timer_service.dispatch import OutcomeKind
 from timer_service.model import BizType, Job, JobState, RetryPolicy
-from timer_service.store.base import OutcomeKind
 
 NOW = 1_767_225_600_000
 POLICY = RetryPolicy(max_attempts=5, initial_backoff_ms=1000, max_backoff_ms=60_000, multiplier=2.0)

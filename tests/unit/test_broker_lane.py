@@ -11,9 +11,10 @@ from broker.callback import CallbackRequest, Response
 from broker.lane import CHECK_AHEAD_MS, Lane
 from broker.outcomes import OutcomeWriter
 from timer_service.clock import FakeClock
+from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, second_of
-from timer_service.store.base import Claimed, NewJob
+from timer_service.store.base import NewJob
 
 
 class FakeSender:

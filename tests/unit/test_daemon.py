@@ -10,11 +10,12 @@ import pytest
 from daemon.app import Daemon
 from daemon.lease import LEASE_NAME
 from timer_service.clock import FakeClock
+from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, second_of
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
-from timer_service.store.base import Claimed, NewJob
+from timer_service.store.base import NewJob
 from timer_service.store.memory import MemoryStore
 
 BIZ = "orders"

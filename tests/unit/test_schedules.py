@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from timer_service.clock import FakeClock
+from timer_service.dispatch import Claimed
 from timer_service.errors import InvalidInput
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState
@@ -25,7 +26,6 @@ from timer_service.schedules import (
     plan_after,
 )
 from timer_service.scheduling import Scheduler
-from timer_service.store.base import Claimed
 from timer_service.store.memory import MemoryStore
 
 UTC = "UTC"

@@ -16,8 +16,8 @@ from aio_pika.abc import (
     AbstractRobustExchange,
 )
 
+from timer_service.dispatch import Claimed
 from timer_service.queue.base import Handler, decode, encode
-from timer_service.store.base import Claimed
 
 log = logging.getLogger(__name__)
 

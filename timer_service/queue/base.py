@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from timer_service.store.base import Claimed
+from timer_service.dispatch import Claimed
 
 
 def encode(job: Claimed) -> bytes:

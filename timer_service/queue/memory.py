@@ -11,8 +11,8 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 
+from timer_service.dispatch import Claimed
 from timer_service.queue.base import Handler, decode, encode
-from timer_service.store.base import Claimed
 
 
 class MemoryDelivery:

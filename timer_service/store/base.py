@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from timer_service.model import Attempt, BizType, Job, JobState
+from timer_service.dispatch import Claimed, Outcome, SecondEntry, SendRef
+from timer_service.model import BizType, Job, JobState
 
 
 class CreateStatus(StrEnum):
@@ -47,49 +48,6 @@ class NewJob:
 class CreateResult:
     status: CreateStatus
     job: Job
-
-
-@dataclass(frozen=True, slots=True)
-class SecondEntry:
-    second: int
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A job the daemon claimed; what it publishes to the queue."""
-
-    biz_type: str
-    job_id: str
-    second: int  # the second (and so the bucket) the job sits in
-    due_at: int
-    next_attempt_at: int  # not to be sent before this
-    attempt: int  # the number the coming callback will carry
-    claim: str
-
-
-@dataclass(frozen=True, slots=True)
-class SendRef:
-    """What the broker knows of a job from its message."""
-
-    biz_type: str
-    job_id: str
-    second: int
-    claim: str
-
-
-class OutcomeKind(StrEnum):
-    DELIVERED = "delivered"
-    RETRY = "retry"
-    DEAD = "dead"
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    ref: SendRef
-    kind: OutcomeKind
-    attempt: Attempt
-    next_attempt_at: int | None = None  # for RETRY
 
 
 class JobStore(Protocol):

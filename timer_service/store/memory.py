@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 
+from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SecondEntry, SendRef
 from timer_service.errors import Conflict, NotFound
 from timer_service.model import (
     ACTIVE_STATES,
@@ -24,16 +25,7 @@ from timer_service.model import (
     same_payload,
     second_of,
 )
-from timer_service.store.base import (
-    Claimed,
-    CreateResult,
-    CreateStatus,
-    NewJob,
-    Outcome,
-    OutcomeKind,
-    SecondEntry,
-    SendRef,
-)
+from timer_service.store.base import CreateResult, CreateStatus, NewJob
 
 
 @dataclass(slots=True)

@@ -43,6 +43,7 @@ from timer_service.constants import (
     POINTERS_COLLECTION,
     SECONDS_COLLECTION,
 )
+from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SecondEntry, SendRef
 from timer_service.errors import Conflict, NotFound
 from timer_service.model import (
     Attempt,
@@ -54,16 +55,7 @@ from timer_service.model import (
     same_payload,
     second_of,
 )
-from timer_service.store.base import (
-    Claimed,
-    CreateResult,
-    CreateStatus,
-    NewJob,
-    Outcome,
-    OutcomeKind,
-    SecondEntry,
-    SendRef,
-)
+from timer_service.store.base import CreateResult, CreateStatus, NewJob
 
 DUPLICATE_KEY = 11000
 _MOVE_RETRIES = 5

@@ -1,0 +1,58 @@
+"""The dispatch vocabulary: what the daemon claims and publishes, what the broker
+sends and reports back. Plain values, shared by the daemon, the queue, the broker
+and the store ports; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from timer_service.model import Attempt
+
+
+@dataclass(frozen=True, slots=True)
+class SecondEntry:
+    """One entry of the non-empty-seconds index, at the version it was read."""
+
+    second: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job the daemon claimed; what it publishes to the queue."""
+
+    biz_type: str
+    job_id: str
+    second: int  # the second (and so the bucket) the job sits in
+    due_at: int
+    next_attempt_at: int  # not to be sent before this
+    attempt: int  # the number the coming callback will carry
+    claim: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendRef:
+    """What the broker knows of a job from its message."""
+
+    biz_type: str
+    job_id: str
+    second: int
+    claim: str
+
+
+class OutcomeKind(StrEnum):
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one callback attempt came to, reported by the broker."""
+
+    ref: SendRef
+    kind: OutcomeKind
+    attempt: Attempt
+    next_attempt_at: int | None = None  # for RETRY
