@@ -36,11 +36,11 @@ from http_client_bench import start_receiver  # noqa: E402
 from broker.app import Broker  # noqa: E402
 from tests.support import AMQP_URL, SecantusServer, drop_topology  # noqa: E402
 from timer_service.clock import SystemClock  # noqa: E402
+from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType, second_of  # noqa: E402
 from timer_service.queue.amqp import AmqpQueue  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
-from timer_service.store.base import NewJob  # noqa: E402
 
 BIZ = "bench"
 
@@ -53,7 +53,7 @@ async def one_run(
     queue = AmqpQueue(AMQP_URL, prefix)
     await queue.connect()
     try:
-        await store.put_biz_type(
+        await store.biz_types.put_biz_type(
             BizType(BIZ, f"http://127.0.0.1:{port}/cb", max_concurrency=concurrency)
         )
         now = int(time.time() * 1000)
@@ -63,8 +63,8 @@ async def one_run(
                 NewJob(BIZ, f"j{i}", due, json.dumps({"i": i}))
                 for i in range(start, min(jobs, start + 1000))
             ]
-            await store.create_jobs(batch, now)
-        claimed = await store.claim_due(second_of(due), now, uuid.uuid4().hex, 1, now)
+            await store.jobs.create_jobs(batch, now)
+        claimed = await store.dispatch.claim_due(second_of(due), now, uuid.uuid4().hex, 1, now)
         assert len(claimed) == jobs, f"claimed {len(claimed)} of {jobs}"
         for start in range(0, jobs, 1000):
             await queue.publish(claimed[start : start + 1000])
@@ -100,7 +100,7 @@ def delivered(metrics: Metrics) -> float:
 async def wait_recorded(store: Any, jobs: int) -> None:
     """The last outcome batch is persisted (spot-check the last job created)."""
     while True:
-        job = await store.get_job(BIZ, f"j{jobs - 1}")
+        job = await store.jobs.get_job(BIZ, f"j{jobs - 1}")
         if job is not None and job.state.value == "delivered":
             return
         await asyncio.sleep(0.01)

@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from daemon.app import Daemon
 from timer_service.clock import SystemClock
 from timer_service.dispatch import Claimed
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
-from timer_service.store.base import NewJob
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 BIZ = "bench"
@@ -129,7 +129,7 @@ async def run_once(store: Any, queue_kind: str, rate: int, duration_s: float) ->
             for i in range(per_batch)
         ]
         t0 = time.perf_counter()
-        await store.create_jobs(jobs, created)
+        await store.jobs.create_jobs(jobs, created)
         write_ms.append((time.perf_counter() - t0) * 1000)
         expected += len(jobs)
     produced_s = (now_ms() - start) / 1000

@@ -31,11 +31,11 @@ from broker.app import Broker  # noqa: E402
 from daemon.app import Daemon  # noqa: E402
 from tests.support import AMQP_URL  # noqa: E402
 from timer_service.clock import SystemClock  # noqa: E402
+from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
-from timer_service.store.base import NewJob  # noqa: E402
 from timer_service.store.memory import MemoryStore  # noqa: E402
 
 
@@ -75,7 +75,7 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
     settings = Settings(_env_file=None, queue_prefix=prefix)  # type: ignore[call-arg]
     url = f"http://127.0.0.1:{port}/callback"
     for name in ("herd", "steady"):
-        await store.put_biz_type(BizType(name, url, max_concurrency=64))
+        await store.biz_types.put_biz_type(BizType(name, url, max_concurrency=64))
     daemon = Daemon(settings, store, queue, metrics, clock)
     broker = Broker(settings, store, queue, metrics, clock)
     try:
@@ -87,13 +87,13 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
                 NewJob("herd", f"h{i}", herd_due + i % 1000, "null")
                 for i in range(chunk, min(herd, chunk + 5000))
             ]
-            await store.create_jobs(jobs, clock.now_ms())
+            await store.jobs.create_jobs(jobs, clock.now_ms())
         steady_span_s = 60
         steady = [
             NewJob("steady", f"s{i}", herd_due - 2000 + int(i * 1000 / steady_rate), "null")
             for i in range(steady_span_s * steady_rate)
         ]
-        await store.create_jobs(steady, clock.now_ms())
+        await store.jobs.create_jobs(steady, clock.now_ms())
         took_s, ahead_s = time.perf_counter() - t, (herd_due - clock.now_ms()) / 1000
         print(
             f"registered {herd:,} herd + {len(steady):,} steady jobs in {took_s:.1f} s; "

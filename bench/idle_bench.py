@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.app import Daemon
 from timer_service.clock import SystemClock
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
-from timer_service.store.base import NewJob
 
 YEAR_MS = 365 * 86_400_000
 
@@ -72,7 +72,7 @@ async def park(store: Any, count: int) -> float:
     base = now + YEAR_MS
     batch = 1000
     for first in range(0, count, batch):
-        await store.create_jobs(
+        await store.jobs.create_jobs(
             [
                 NewJob("parked", f"p{i}", base + i * 7, "null")  # ~2 jobs per second, ~40 days
                 for i in range(first, min(count, first + batch))

@@ -62,12 +62,12 @@ from broker.app import Broker  # noqa: E402
 from daemon.app import Daemon  # noqa: E402
 from tests.support import AMQP_URL, SecantusServer, drop_topology  # noqa: E402
 from timer_service.clock import SystemClock  # noqa: E402
+from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.amqp import AmqpQueue  # noqa: E402
 from timer_service.runtime import freeze_startup_heap  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
-from timer_service.store.base import NewJob  # noqa: E402
 
 BIZ = "lateness"
 SECRET = "bench-signing-secret"
@@ -223,7 +223,7 @@ def proc_cpu_s(pid: int) -> float:
 
 async def register(store: Any, jobs: Sequence[NewJob], batch: int = 1000) -> None:
     for start in range(0, len(jobs), batch):
-        await store.create_jobs(jobs[start : start + batch], now_ms())
+        await store.jobs.create_jobs(jobs[start : start + batch], now_ms())
 
 
 async def register_live(store: Any, jobs: Sequence[NewJob], lead_ms: int) -> None:
@@ -235,7 +235,7 @@ async def register_live(store: Any, jobs: Sequence[NewJob], lead_ms: int) -> Non
         while end < len(jobs) and jobs[end].due_at <= horizon:
             end += 1
         if end > done:
-            await store.create_jobs(jobs[done:end], now_ms())
+            await store.jobs.create_jobs(jobs[done:end], now_ms())
             done = end
         await asyncio.sleep(LIVE_EVERY_MS / 1000)
 
@@ -258,7 +258,9 @@ async def one_run(
     gc_pauses = GcPauses()
     try:
         url = f"http://127.0.0.1:{port}/callback"
-        await store.put_biz_type(BizType(BIZ, url, max_concurrency=256, signing_secret=SECRET))
+        await store.biz_types.put_biz_type(
+            BizType(BIZ, url, max_concurrency=256, signing_secret=SECRET)
+        )
         await fetch_arrivals(port)  # forget anything from an earlier run
         count = int(rate * seconds)
         run = uuid.uuid4().hex[:6]
@@ -299,7 +301,7 @@ async def one_run(
         # The last outcome batches are written (they belong to the CPU per job).
         for job in jobs[-20:]:
             while time.time() < deadline:
-                stored = await store.get_job(BIZ, job.job_id)
+                stored = await store.jobs.get_job(BIZ, job.job_id)
                 if stored is not None and stored.state.value == "delivered":
                     break
                 await asyncio.sleep(0.01)

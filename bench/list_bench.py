@@ -21,8 +21,8 @@ from typing import Any
 from _common import make_store
 
 from tests.support import secantus_server
+from timer_service.jobs import NewJob
 from timer_service.model import JobState
-from timer_service.store.base import NewJob
 
 
 async def median_ms(call: Callable[[], Awaitable[Any]], runs: int = 3) -> tuple[float, Any]:
@@ -42,7 +42,7 @@ async def main() -> None:
         store = await make_store("secantus", server)
         now = int(time.time() * 1000)
         for first in range(0, args.jobs, 1000):
-            await store.create_jobs(
+            await store.jobs.create_jobs(
                 [
                     NewJob("orders", f"j{k:07}", now + 60_000 + k * 13, "null")
                     for k in range(first, min(args.jobs, first + 1000))
@@ -50,7 +50,7 @@ async def main() -> None:
                 now,
             )
         for k in (5, args.jobs // 2, args.jobs - 7):
-            await store.cancel_job("orders", f"j{k:07}", now)
+            await store.jobs.cancel_job("orders", f"j{k:07}", now)
         cases = [
             ("biz type + state (bucket merge)", "orders", JobState.CANCELLED),
             ("state only (locator walk)", None, JobState.CANCELLED),
@@ -59,7 +59,7 @@ async def main() -> None:
         print(f"{args.jobs:,} jobs of one biz type, 3 cancelled, SecantusDB")
         for label, biz, state in cases:
             ms, (items, _) = await median_ms(
-                lambda biz=biz, state=state: store.list_jobs(biz, state, 100, None)
+                lambda biz=biz, state=state: store.jobs.list_jobs(biz, state, 100, None)
             )
             print(f"  {label:<45} {len(items):>4} items  {ms:>8.0f} ms", flush=True)
         await store.drop_database()

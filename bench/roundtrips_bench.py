@@ -30,11 +30,11 @@ from broker.app import Broker  # noqa: E402
 from daemon.app import Daemon  # noqa: E402
 from tests.support import SecantusServer  # noqa: E402
 from timer_service.clock import SystemClock  # noqa: E402
+from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.memory import MemoryQueue  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
-from timer_service.store.base import NewJob  # noqa: E402
 from timer_service.store.mongo import MongoStore  # noqa: E402
 
 
@@ -48,7 +48,7 @@ async def run(jobs: int, seconds: int) -> None:
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     metrics = Metrics()
     queue = MemoryQueue()
-    await store.put_biz_type(BizType("rt", f"http://127.0.0.1:{port}/callback"))
+    await store.biz_types.put_biz_type(BizType("rt", f"http://127.0.0.1:{port}/callback"))
     daemon = Daemon(settings, store, queue, metrics, clock)
     broker = Broker(settings, store, queue, metrics, clock)
     try:
@@ -56,7 +56,7 @@ async def run(jobs: int, seconds: int) -> None:
         step = seconds * 1000 / jobs
         batch = [NewJob("rt", f"j{i}", first_due + int(i * step), "null") for i in range(jobs)]
         for start in range(0, jobs, 1000):
-            await store.create_jobs(batch[start : start + 1000], clock.now_ms())
+            await store.jobs.create_jobs(batch[start : start + 1000], clock.now_ms())
         before = Counter(store.ops)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         await daemon.start()

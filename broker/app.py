@@ -25,7 +25,7 @@ from timer_service.model import BizType
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap
 from timer_service.settings import Settings
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Broker:
     def __init__(
         self,
         settings: Settings,
-        store: JobStore,
+        store: Store,
         queue: DispatchQueue,
         metrics: Metrics,
         clock: Clock,
@@ -104,7 +104,7 @@ class Broker:
         self._lanes.clear()
         await self._sender.close()
         with contextlib.suppress(Exception):
-            await self._store.broker_gone(self.broker_id)
+            await self._store.leases.broker_gone(self.broker_id)
         log.info("broker stopped", extra={"broker_id": self.broker_id})
 
     @property
@@ -113,7 +113,7 @@ class Broker:
 
     # -- discovery -------------------------------------------------------------------
     async def _discover(self) -> None:
-        current = {biz.biz_type: biz for biz in await self._store.list_biz_types()}
+        current = {biz.biz_type: biz for biz in await self._store.biz_types.list_biz_types()}
         for name, biz in current.items():
             lane = self._lanes.get(name)
             if lane is None:
@@ -174,7 +174,7 @@ class Broker:
     # -- heartbeat -------------------------------------------------------------------
     async def _heartbeat(self) -> None:
         holding = [name for name, lane in self._lanes.items() if lane.holding]
-        await self._store.broker_heartbeat(
+        await self._store.leases.broker_heartbeat(
             self.broker_id, holding, self._clock.now_ms() + HEARTBEAT_TTL_MS
         )
 

@@ -43,7 +43,7 @@ from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, job_key
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Lane:
         self,
         biz: BizType,
         *,
-        store: JobStore,
+        store: Store,
         sender: Sender,
         outcomes: OutcomeWriter,
         metrics: Metrics,
@@ -262,7 +262,7 @@ class Lane:
         try:
             jobs = await retried(
                 "fetch_for_send",
-                lambda: self._store.fetch_for_send(refs),
+                lambda: self._store.outcomes.fetch_for_send(refs),
                 self._metrics,
                 CHECK_GIVE_UP_AFTER_S,
             )

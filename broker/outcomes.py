@@ -20,7 +20,7 @@ from timer_service.dispatch import Outcome
 from timer_service.metrics import Metrics
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Pending:
 class OutcomeWriter:
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         metrics: Metrics,
         clock: Clock,
         give_up_after_s: float = GIVE_UP_AFTER_S,
@@ -107,7 +107,7 @@ class OutcomeWriter:
         try:
             await retried(
                 "record_outcomes",
-                lambda: self._store.record_outcomes(outcomes, self._clock.now_ms()),
+                lambda: self._store.outcomes.record_outcomes(outcomes, self._clock.now_ms()),
                 self._metrics,
                 self._give_up_after_s,
             )

@@ -21,9 +21,9 @@ from timer_service.metrics import Metrics
 from timer_service.model import JobState
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap
-from timer_service.scheduling import default_scheduler
 from timer_service.settings import Settings
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
+from timer_service.wiring import scheduler as default_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Daemon:
     def __init__(
         self,
         settings: Settings,
-        store: JobStore,
+        store: Store,
         queue: DispatchQueue,
         metrics: Metrics,
         clock: Clock,
@@ -145,10 +145,10 @@ class Daemon:
         none), while leading. One read of every open job: hence an interval."""
         counts: dict[tuple[str, str], int] = {
             (biz.biz_type, state): 0
-            for biz in await self.store.list_biz_types()
+            for biz in await self.store.biz_types.list_biz_types()
             for state in SAMPLED_STATES
         }
-        for key, count in (await self.store.count_jobs(SAMPLED_STATES)).items():
+        for key, count in (await self.store.dispatch.count_jobs(SAMPLED_STATES)).items():
             counts[key] = count
         if self.lease.is_leader:
             self.metrics.jobs_by_state(counts)
@@ -166,7 +166,7 @@ class Daemon:
 
     async def _ensure_topology(self) -> None:
         try:
-            for biz in await self.store.list_biz_types():
+            for biz in await self.store.biz_types.list_biz_types():
                 await self.queue.ensure_biz(biz.biz_type)
         except Exception as exc:  # publish declares what is missing anyway
             log.warning("could not declare queues at start", extra={"error": repr(exc)})
@@ -206,7 +206,7 @@ class Daemon:
                 await self._watch_wakeup.wait()
                 continue
             try:
-                async for second in self.store.watch_seconds(self._stop_watch):
+                async for second in self.store.dispatch.watch_seconds(self._stop_watch):
                     self.scanner.nudge(second)
                     delay_s = 0.5
                     if not self.lease.is_leader:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         metrics: Metrics,
         holder: str,
@@ -98,7 +98,7 @@ class LeaseKeeper:
         self._metrics.leader(False)
         self._on_change()
         try:
-            await self._store.release_lease(self._name, self.holder, term.fence)
+            await self._store.leases.release_lease(self._name, self.holder, term.fence)
             log.info("lease released", extra={"fence": term.fence})
         except Exception as exc:  # it then simply expires
             self._metrics.store_error("release_lease")
@@ -106,7 +106,9 @@ class LeaseKeeper:
 
     async def _try_acquire(self, now: int) -> None:
         try:
-            token = await self._store.acquire_lease(self._name, self.holder, self.ttl_ms, now)
+            token = await self._store.leases.acquire_lease(
+                self._name, self.holder, self.ttl_ms, now
+            )
         except Exception as exc:  # a standby keeps trying
             self._metrics.store_error("acquire_lease")
             log.warning("lease acquire failed", extra={"error": repr(exc)})
@@ -123,7 +125,7 @@ class LeaseKeeper:
 
     async def _renew(self, now: int, term: Term) -> None:
         try:
-            ok = await self._store.renew_lease(
+            ok = await self._store.leases.renew_lease(
                 self._name, self.holder, term.fence, self.ttl_ms, now
             )
         except Exception as exc:  # retry soon; the deadline still guards

@@ -16,7 +16,7 @@ from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Publisher:
     def __init__(
         self,
         queue: DispatchQueue,
-        store: JobStore,
+        store: Store,
         metrics: Metrics,
         clock: Clock,
         batch: int,
@@ -177,7 +177,7 @@ class Publisher:
     async def _mark_published(self, chunk: Sequence[Claimed]) -> None:
         for second, claim in dict.fromkeys((job.second, job.claim) for job in chunk):
             try:
-                await self._store.mark_published(second, claim)
+                await self._store.dispatch.mark_published(second, claim)
             except Exception as exc:  # only costs a spare republish later
                 self._metrics.store_error("mark_published")
                 log.warning(

@@ -59,8 +59,9 @@ async def mongo_store(mongo_url: str, mongo_db: str) -> AsyncIterator[object]:
 @pytest.fixture
 async def memory_store() -> AsyncIterator[object]:
     from timer_service.store.memory import MemoryStore
+    from timer_service.store.recording import recording
 
-    store = MemoryStore(buckets=60, retention_ms=30 * 86_400_000)
+    store = recording(MemoryStore(buckets=60, retention_ms=30 * 86_400_000))
     await store.setup()
     yield store
     await store.close()

@@ -51,7 +51,7 @@ async def serve_dev(settings: Settings, stop: asyncio.Event) -> None:
     from timer_service.api.app import create_app
     from timer_service.api.server import serve
     from timer_service.embedded import EmbeddedStore
-    from timer_service.scheduling import default_scheduler
+    from timer_service.wiring import scheduler as default_scheduler
 
     embedded: EmbeddedStore | None = None
     data_dir = Path(settings.data_dir).absolute()

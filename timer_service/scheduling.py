@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from timer_service.clock import Clock
 from timer_service.dispatch import Claimed
 from timer_service.errors import Conflict, NotFound
+from timer_service.jobs import CreateStatus, NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import JobState, same_payload
-from timer_service.schedule_store import MemoryScheduleStore, MongoScheduleStore, ScheduleStore
+from timer_service.schedule_store import ScheduleStore
 from timer_service.schedules import (
     LATE_GRACE_MS,
     Schedule,
@@ -38,7 +39,7 @@ from timer_service.schedules import (
     plan_after,
     schedule_key,
 )
-from timer_service.store.base import CreateStatus, JobStore, NewJob
+from timer_service.store.ports.jobs import JobsPort
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class PutResult:
 
 class Scheduler:
     def __init__(
-        self, schedules: ScheduleStore, jobs: JobStore, metrics: Metrics, clock: Clock
+        self, schedules: ScheduleStore, jobs: JobsPort, metrics: Metrics, clock: Clock
     ) -> None:
         self.schedules = schedules
         self.jobs = jobs
@@ -245,12 +246,3 @@ class Scheduler:
             await self.jobs.cancel_job(biz_type, job_id, now)
         except (NotFound, Conflict):
             pass
-
-
-def default_scheduler(store: JobStore, metrics: Metrics, clock: Clock) -> Scheduler:
-    """Schedules kept beside the jobs: in the store's MongoDB database when it has one."""
-    database = getattr(store, "database", None)
-    schedules: ScheduleStore = (
-        MongoScheduleStore(database) if database is not None else MemoryScheduleStore()
-    )
-    return Scheduler(schedules, store, metrics, clock)

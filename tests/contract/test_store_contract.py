@@ -15,8 +15,9 @@ import pytest
 from tests.support import unique_name
 from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
 from timer_service.errors import Conflict, NotFound
+from timer_service.jobs import CreateStatus, NewJob
 from timer_service.model import Attempt, BizType, Job, JobState, encode_payload, second_of
-from timer_service.store.base import CreateStatus, JobStore, NewJob
+from timer_service.store.base import Store
 from timer_service.store.memory import MemoryStore
 from timer_service.store.mongo import MongoStore
 
@@ -24,7 +25,7 @@ NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole second
 
 
 @pytest.fixture(params=["memory", pytest.param("mongo", marks=pytest.mark.integration)])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[JobStore]:
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         memory = MemoryStore(buckets=60)
         await memory.setup()
@@ -44,12 +45,12 @@ def new(job_id: str, due_at: int = NOW + 5000, payload: Any = None, **kw: Any) -
     return NewJob("orders", job_id, due_at, encode_payload(payload), **kw)
 
 
-async def create(store: JobStore, *jobs: NewJob, now: int = NOW) -> list[Any]:
-    return await store.create_jobs(list(jobs), now)
+async def create(store: Store, *jobs: NewJob, now: int = NOW) -> list[Any]:
+    return await store.jobs.create_jobs(list(jobs), now)
 
 
-async def claim_second(store: JobStore, second: int, claim: str = "c1", fence: int = 1):
-    return await store.claim_due(second, second * 1000 + 999, claim, fence, NOW)
+async def claim_second(store: Store, second: int, claim: str = "c1", fence: int = 1):
+    return await store.dispatch.claim_due(second, second * 1000 + 999, claim, fence, NOW)
 
 
 def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:
@@ -59,29 +60,31 @@ def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:
 # -- biz types ---------------------------------------------------------------------
 
 
-async def test_biz_type_put_get_list_delete(store: JobStore) -> None:
+async def test_biz_type_put_get_list_delete(store: Store) -> None:
     biz = BizType("orders", "http://127.0.0.1:1/cb", created_at=1, updated_at=1)
-    assert await store.put_biz_type(biz) is True
+    assert await store.biz_types.put_biz_type(biz) is True
     assert (
-        await store.put_biz_type(BizType("orders", "http://x/", created_at=9, updated_at=9))
+        await store.biz_types.put_biz_type(
+            BizType("orders", "http://x/", created_at=9, updated_at=9)
+        )
         is False
     )
-    got = await store.get_biz_type("orders")
+    got = await store.biz_types.get_biz_type("orders")
     assert got is not None and got.callback_url == "http://x/" and got.created_at == 1
-    assert [b.biz_type for b in await store.list_biz_types()] == ["orders"]
-    assert set(await store.get_biz_types(["orders", "nope"])) == {"orders"}
+    assert [b.biz_type for b in await store.biz_types.list_biz_types()] == ["orders"]
+    assert set(await store.biz_types.get_biz_types(["orders", "nope"])) == {"orders"}
     await create(store, new("a"))
     with pytest.raises(Conflict):
-        await store.delete_biz_type("orders")
-    await store.cancel_job("orders", "a", NOW)
-    assert await store.delete_biz_type("orders") is True
-    assert await store.delete_biz_type("orders") is False
+        await store.biz_types.delete_biz_type("orders")
+    await store.jobs.cancel_job("orders", "a", NOW)
+    assert await store.biz_types.delete_biz_type("orders") is True
+    assert await store.biz_types.delete_biz_type("orders") is False
 
 
 # -- create, idempotency ------------------------------------------------------------
 
 
-async def test_create_then_same_then_changed(store: JobStore) -> None:
+async def test_create_then_same_then_changed(store: Store) -> None:
     [first] = await create(store, new("a", payload={"x": 1}))
     assert first.status == CreateStatus.CREATED
     assert first.job.state == JobState.PENDING and first.job.next_attempt_at == NOW + 5000
@@ -95,7 +98,7 @@ async def test_create_then_same_then_changed(store: JobStore) -> None:
     assert delay.status == CreateStatus.EXISTS
 
 
-async def test_repeated_identity_within_a_batch(store: JobStore) -> None:
+async def test_repeated_identity_within_a_batch(store: Store) -> None:
     results = await create(
         store, new("a", payload=1), new("b"), new("a", payload=1), new("a", payload=2)
     )
@@ -107,128 +110,130 @@ async def test_repeated_identity_within_a_batch(store: JobStore) -> None:
     ]
 
 
-async def test_concurrent_creates_leave_one_job(store: JobStore) -> None:
+async def test_concurrent_creates_leave_one_job(store: Store) -> None:
     results = await asyncio.gather(*(create(store, new("same", payload=7)) for _ in range(50)))
     statuses = [r[0].status for r in results]
     assert statuses.count(CreateStatus.CREATED) == 1, statuses
     assert statuses.count(CreateStatus.EXISTS) == 49, statuses
-    jobs, _ = await store.list_jobs("orders", None, 100, None)
+    jobs, _ = await store.jobs.list_jobs("orders", None, 100, None)
     assert [j.job_id for j in jobs] == ["same"]
-    entries = await store.next_seconds(0, 10**12, 10)
+    entries = await store.dispatch.next_seconds(0, 10**12, 10)
     assert [e.second for e in entries] == [second_of(NOW + 5000)]
 
 
-async def test_get_unknown_is_none(store: JobStore) -> None:
-    assert await store.get_job("orders", "nope") is None
+async def test_get_unknown_is_none(store: Store) -> None:
+    assert await store.jobs.get_job("orders", "nope") is None
 
 
 # -- cancel, reschedule, replay --------------------------------------------------------
 
 
-async def test_cancel(store: JobStore) -> None:
+async def test_cancel(store: Store) -> None:
     await create(store, new("a"))
-    job = await store.cancel_job("orders", "a", NOW + 1)
+    job = await store.jobs.cancel_job("orders", "a", NOW + 1)
     assert job.state == JobState.CANCELLED and job.next_attempt_at is None
-    assert (await store.cancel_job("orders", "a", NOW + 2)).state == JobState.CANCELLED
+    assert (await store.jobs.cancel_job("orders", "a", NOW + 2)).state == JobState.CANCELLED
     with pytest.raises(NotFound):
-        await store.cancel_job("orders", "nope", NOW)
-    assert await store.load_second(second_of(NOW + 5000)) == []
+        await store.jobs.cancel_job("orders", "nope", NOW)
+    assert await store.dispatch.load_second(second_of(NOW + 5000)) == []
 
 
-async def test_cancel_dispatched_then_send_check_drops_it(store: JobStore) -> None:
+async def test_cancel_dispatched_then_send_check_drops_it(store: Store) -> None:
     await create(store, new("a"))
     [c] = await claim_second(store, second_of(NOW + 5000))
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
-    assert set(await store.fetch_for_send([ref])) == {"orders/a"}
-    await store.cancel_job("orders", "a", NOW)
-    assert await store.fetch_for_send([ref]) == {}
+    assert set(await store.outcomes.fetch_for_send([ref])) == {"orders/a"}
+    await store.jobs.cancel_job("orders", "a", NOW)
+    assert await store.outcomes.fetch_for_send([ref]) == {}
 
 
-async def test_reschedule_moves_to_the_new_second(store: JobStore) -> None:
+async def test_reschedule_moves_to_the_new_second(store: Store) -> None:
     await create(store, new("a", due_at=NOW + 5000))
     for target in (NOW + 65_000, NOW + 7_000):  # same bucket (60 s later), then another
-        job = await store.reschedule_job("orders", "a", target, encode_payload("p2"), NOW)
+        job = await store.jobs.reschedule_job("orders", "a", target, encode_payload("p2"), NOW)
         assert job.due_at == target and job.next_attempt_at == target and job.payload == "p2"
-        got = await store.get_job("orders", "a")
+        got = await store.jobs.get_job("orders", "a")
         assert got is not None and got.next_attempt_at == target and got.payload == "p2"
-        assert [k for k, _ in await store.load_second(second_of(target))] == ["orders/a"]
-    assert await store.load_second(second_of(NOW + 5000)) == []
-    assert await store.load_second(second_of(NOW + 65_000)) == []
-    seconds = [e.second for e in await store.next_seconds(0, 10**12, 10)]
+        assert [k for k, _ in await store.dispatch.load_second(second_of(target))] == ["orders/a"]
+    assert await store.dispatch.load_second(second_of(NOW + 5000)) == []
+    assert await store.dispatch.load_second(second_of(NOW + 65_000)) == []
+    seconds = [e.second for e in await store.dispatch.next_seconds(0, 10**12, 10)]
     assert second_of(NOW + 7000) in seconds
 
 
-async def test_reschedule_only_pending(store: JobStore) -> None:
+async def test_reschedule_only_pending(store: Store) -> None:
     await create(store, new("a"))
     await claim_second(store, second_of(NOW + 5000))
     with pytest.raises(Conflict):
-        await store.reschedule_job("orders", "a", NOW + 9000, None, NOW)
+        await store.jobs.reschedule_job("orders", "a", NOW + 9000, None, NOW)
     with pytest.raises(NotFound):
-        await store.reschedule_job("orders", "nope", NOW + 9000, None, NOW)
+        await store.jobs.reschedule_job("orders", "nope", NOW + 9000, None, NOW)
 
 
-async def test_replay_dead_job(store: JobStore) -> None:
+async def test_replay_dead_job(store: Store) -> None:
     await create(store, new("a"))
     [c] = await claim_second(store, second_of(NOW + 5000))
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
-    await store.record_outcomes([Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))], NOW)
+    await store.outcomes.record_outcomes(
+        [Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))], NOW
+    )
     with pytest.raises(Conflict):
-        await store.cancel_job("orders", "a", NOW)
-    job = await store.replay_job("orders", "a", NOW + 20_000)
+        await store.jobs.cancel_job("orders", "a", NOW)
+    job = await store.jobs.replay_job("orders", "a", NOW + 20_000)
     assert job.state == JobState.PENDING and job.next_attempt_at == NOW + 20_000
     assert job.budget_base == 1 and job.attempts == 1 and len(job.history) == 1
-    got = await store.get_job("orders", "a")
+    got = await store.jobs.get_job("orders", "a")
     assert got is not None and got.state == JobState.PENDING
-    assert [k for k, _ in await store.load_second(second_of(NOW + 20_000))] == ["orders/a"]
+    assert [k for k, _ in await store.dispatch.load_second(second_of(NOW + 20_000))] == ["orders/a"]
     with pytest.raises(Conflict):
-        await store.replay_job("orders", "a", NOW)
+        await store.jobs.replay_job("orders", "a", NOW)
 
 
 # -- listing -------------------------------------------------------------------------
 
 
-async def test_list_pages_and_filters(store: JobStore) -> None:
+async def test_list_pages_and_filters(store: Store) -> None:
     await create(store, *(new(f"j{i:03}") for i in range(25)))
-    await store.create_jobs([NewJob("other", "x", NOW, "null")], NOW)
-    await store.cancel_job("orders", "j003", NOW)
+    await store.jobs.create_jobs([NewJob("other", "x", NOW, "null")], NOW)
+    await store.jobs.cancel_job("orders", "j003", NOW)
     seen, cursor = [], None
     while True:
-        page, cursor = await store.list_jobs("orders", None, 10, cursor)
+        page, cursor = await store.jobs.list_jobs("orders", None, 10, cursor)
         seen.extend(j.job_id for j in page)
         if cursor is None:
             break
     assert seen == [f"j{i:03}" for i in range(25)]
-    cancelled, cur = await store.list_jobs("orders", JobState.CANCELLED, 10, None)
+    cancelled, cur = await store.jobs.list_jobs("orders", JobState.CANCELLED, 10, None)
     assert [j.job_id for j in cancelled] == ["j003"] and cur is None
-    everything, _ = await store.list_jobs(None, None, 1000, None)
+    everything, _ = await store.jobs.list_jobs(None, None, 1000, None)
     assert len(everything) == 26
 
 
-async def test_list_by_state_pages_in_key_order_across_buckets(store: JobStore) -> None:
+async def test_list_by_state_pages_in_key_order_across_buckets(store: Store) -> None:
     # Due times a second apart spread the jobs over buckets; every third is cancelled.
     await create(store, *(new(f"j{i:03}", due_at=NOW + 5000 + i * 1000) for i in range(40)))
-    await store.create_jobs([NewJob("orders2", "j000", NOW + 5000, "null")], NOW)
+    await store.jobs.create_jobs([NewJob("orders2", "j000", NOW + 5000, "null")], NOW)
     for i in range(0, 40, 3):
-        await store.cancel_job("orders", f"j{i:03}", NOW)
+        await store.jobs.cancel_job("orders", f"j{i:03}", NOW)
     for state, expected in [
         (JobState.CANCELLED, [f"j{i:03}" for i in range(0, 40, 3)]),
         (JobState.PENDING, [f"j{i:03}" for i in range(40) if i % 3]),
     ]:
         seen, cursor = [], None
         while True:
-            page, cursor = await store.list_jobs("orders", state, 4, cursor)
+            page, cursor = await store.jobs.list_jobs("orders", state, 4, cursor)
             assert len(page) <= 4
             seen.extend(j.job_id for j in page)
             assert all(j.biz_type == "orders" and j.state == state for j in page)
             if cursor is None:
                 break
         assert seen == expected
-    pending_everywhere, _ = await store.list_jobs(None, JobState.PENDING, 100, None)
+    pending_everywhere, _ = await store.jobs.list_jobs(None, JobState.PENDING, 100, None)
     assert len(pending_everywhere) == 27
     assert pending_everywhere[-1].biz_type == "orders2"
 
 
-async def test_list_by_state_with_most_jobs_in_one_bucket(store: JobStore) -> None:
+async def test_list_by_state_with_most_jobs_in_one_bucket(store: Store) -> None:
     # 30 jobs due in one second (one bucket) and 10 spread out, interleaved in key
     # order: a page must drain the crowded bucket in several reads without skipping.
     crowded = [new(f"k{i:03}", due_at=NOW + 5000) for i in range(0, 60, 2)]
@@ -239,93 +244,97 @@ async def test_list_by_state_with_most_jobs_in_one_bucket(store: JobStore) -> No
     for limit in (1, 7, 100):
         seen, cursor = [], None
         while True:
-            page, cursor = await store.list_jobs("orders", JobState.PENDING, limit, cursor)
+            page, cursor = await store.jobs.list_jobs("orders", JobState.PENDING, limit, cursor)
             assert len(page) <= limit
             seen.extend(j.job_id for j in page)
             if cursor is None:
                 break
         assert seen == [*expected, "z-delivered-later"], f"limit {limit}"
-    none, cursor = await store.list_jobs("orders", JobState.DEAD, 10, None)
+    none, cursor = await store.jobs.list_jobs("orders", JobState.DEAD, 10, None)
     assert none == [] and cursor is None
 
 
 # -- the daemon's operations ---------------------------------------------------------
 
 
-async def test_seconds_index_and_conditional_release(store: JobStore) -> None:
+async def test_seconds_index_and_conditional_release(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a", due_at=NOW + 5000), new("b", due_at=NOW + 8000))
-    entries = await store.next_seconds(s, s + 10, 10)
+    entries = await store.dispatch.next_seconds(s, s + 10, 10)
     assert [e.second for e in entries] == [s, s + 3]
-    assert await store.next_seconds(s + 1, s + 2, 10) == []
+    assert await store.dispatch.next_seconds(s + 1, s + 2, 10) == []
     entry = entries[0]
-    assert [k for k, _ in await store.load_second(s)] == ["orders/a"]
+    assert [k for k, _ in await store.dispatch.load_second(s)] == ["orders/a"]
     await create(store, new("late", due_at=NOW + 5500))  # written after the daemon read v
-    assert await store.release_second(entry) is False  # so the delete misses
-    [fresh] = await store.next_seconds(s, s, 1)
+    assert await store.dispatch.release_second(entry) is False  # so the delete misses
+    [fresh] = await store.dispatch.next_seconds(s, s, 1)
     assert fresh.version > entry.version
     await claim_second(store, s)
-    assert await store.release_second(fresh) is True
-    assert [e.second for e in await store.next_seconds(s, s + 10, 10)] == [s + 3]
-    assert await store.release_second(SecondEntry(s, 99)) is True  # already gone
+    assert await store.dispatch.release_second(fresh) is True
+    assert [e.second for e in await store.dispatch.next_seconds(s, s + 10, 10)] == [s + 3]
+    assert await store.dispatch.release_second(SecondEntry(s, 99)) is True  # already gone
 
 
-async def test_claim_is_conditional_and_fenced(store: JobStore) -> None:
+async def test_claim_is_conditional_and_fenced(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a", due_at=NOW + 5100), new("b", due_at=NOW + 5900))
-    first = await store.claim_due(s, NOW + 5500, "c1", 2, NOW)
+    first = await store.dispatch.claim_due(s, NOW + 5500, "c1", 2, NOW)
     assert [(c.job_id, c.attempt, c.claim, c.next_attempt_at) for c in first] == [
         ("a", 1, "c1", NOW + 5100)
     ]
-    assert await store.claim_due(s, NOW + 5500, "c2", 2, NOW) == []  # nothing pending left
-    assert await store.claim_due(s, NOW + 5999, "c3", 1, NOW) != []  # b never claimed: ok
-    job = await store.get_job("orders", "a")
+    assert await store.dispatch.claim_due(s, NOW + 5500, "c2", 2, NOW) == []  # nothing pending left
+    assert await store.dispatch.claim_due(s, NOW + 5999, "c3", 1, NOW) != []  # b never claimed: ok
+    job = await store.jobs.get_job("orders", "a")
     assert job is not None and job.state == JobState.DISPATCHED and job.fence == 2
 
 
-async def test_stale_dispatched_reclaim_and_published_flag(store: JobStore) -> None:
+async def test_stale_dispatched_reclaim_and_published_flag(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), new("b"))
-    claimed = await store.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    await store.mark_published(s, "c1")
-    stale = await store.find_stale_dispatched(NOW + 1, 100)
+    claimed = await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
+    await store.dispatch.mark_published(s, "c1")
+    stale = await store.dispatch.find_stale_dispatched(NOW + 1, 100)
     assert sorted(j.job_id for j in stale) == ["a", "b"] and all(j.published for j in stale)
-    assert await store.find_stale_dispatched(NOW, 100) == []
-    again = await store.reclaim(stale, "c2", 1, NOW + 10)
+    assert await store.dispatch.find_stale_dispatched(NOW, 100) == []
+    again = await store.dispatch.reclaim(stale, "c2", 1, NOW + 10)
     assert sorted(c.job_id for c in again) == ["a", "b"] and {c.claim for c in again} == {"c2"}
-    assert await store.reclaim(stale, "c3", 1, NOW + 20) == []  # old claim no longer matches
+    assert (
+        await store.dispatch.reclaim(stale, "c3", 1, NOW + 20) == []
+    )  # old claim no longer matches
     old_refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
-    assert await store.fetch_for_send(old_refs) == {}  # stale duplicates are dropped
-    job = await store.get_job("orders", "a")
+    assert await store.outcomes.fetch_for_send(old_refs) == {}  # stale duplicates are dropped
+    job = await store.jobs.get_job("orders", "a")
     assert job is not None and job.published is False
 
 
-async def test_stale_dispatched_filters_and_orders_by_claim_time(store: JobStore) -> None:
+async def test_stale_dispatched_filters_and_orders_by_claim_time(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), NewJob("held", "b", NOW + 5000, encode_payload(None)))
-    await store.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    await store.mark_published(s, "c1")
+    await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
+    await store.dispatch.mark_published(s, "c1")
     await create(store, new("c"))
-    await store.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # never confirmed
+    await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # never confirmed
 
     def ids(jobs: list[Job]) -> list[str]:
         return [j.job_id for j in jobs]
 
-    assert ids(await store.find_stale_dispatched(NOW + 10, 100, published=False)) == ["c"]
-    published = await store.find_stale_dispatched(NOW + 10, 100, published=True)
+    assert ids(await store.dispatch.find_stale_dispatched(NOW + 10, 100, published=False)) == ["c"]
+    published = await store.dispatch.find_stale_dispatched(NOW + 10, 100, published=True)
     assert sorted(ids(published)) == ["a", "b"]
-    skipped = await store.find_stale_dispatched(NOW + 10, 100, skip_biz_types={"held"})
+    skipped = await store.dispatch.find_stale_dispatched(NOW + 10, 100, skip_biz_types={"held"})
     assert ids(skipped)[-1] == "c" and sorted(ids(skipped)) == ["a", "c"]  # oldest first
     assert ids(
-        await store.find_stale_dispatched(NOW + 10, 1, published=True, skip_biz_types=["held"])
+        await store.dispatch.find_stale_dispatched(
+            NOW + 10, 1, published=True, skip_biz_types=["held"]
+        )
     ) == ["a"]
 
 
-async def test_watch_yields_bumped_seconds(store: JobStore) -> None:
+async def test_watch_yields_bumped_seconds(store: Store) -> None:
     seen: list[int] = []
 
     async def watch() -> None:
-        async for s in store.watch_seconds():
+        async for s in store.dispatch.watch_seconds():
             seen.append(s)
             return
 
@@ -339,15 +348,15 @@ async def test_watch_yields_bumped_seconds(store: JobStore) -> None:
 # -- outcomes ------------------------------------------------------------------------
 
 
-async def test_outcomes_delivered_retry_dead(store: JobStore) -> None:
+async def test_outcomes_delivered_retry_dead(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("ok"), new("retry"), new("dead"))
     claimed = {c.job_id: c for c in await claim_second(store, s)}
     ref = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
-    sent = await store.fetch_for_send(list(ref.values()))
+    sent = await store.outcomes.fetch_for_send(list(ref.values()))
     assert set(sent) == {"orders/ok", "orders/retry", "orders/dead"}
     retry_at = NOW + 30_000
-    await store.record_outcomes(
+    await store.outcomes.record_outcomes(
         [
             Outcome(ref["ok"], OutcomeKind.DELIVERED, attempt(1)),
             Outcome(ref["retry"], OutcomeKind.RETRY, attempt(1, status=503), retry_at),
@@ -355,30 +364,30 @@ async def test_outcomes_delivered_retry_dead(store: JobStore) -> None:
         ],
         NOW + 5010,
     )
-    ok = await store.get_job("orders", "ok")
+    ok = await store.jobs.get_job("orders", "ok")
     assert ok is not None and ok.state == JobState.DELIVERED and ok.attempts == 1
     assert ok.delivered_at == NOW + 5010 and ok.next_attempt_at is None
     assert ok.history[0].status_code == 200
-    dead = await store.get_job("orders", "dead")
+    dead = await store.jobs.get_job("orders", "dead")
     assert dead is not None and dead.state == JobState.DEAD and dead.last_error == "HTTP 400"
-    retry = await store.get_job("orders", "retry")
+    retry = await store.jobs.get_job("orders", "retry")
     assert retry is not None and retry.state == JobState.PENDING
     assert retry.next_attempt_at == retry_at and retry.attempts == 1 and retry.due_at == NOW + 5000
     assert retry.last_error == "HTTP 503"
-    assert [k for k, _ in await store.load_second(second_of(retry_at))] == ["orders/retry"]
+    assert [k for k, _ in await store.dispatch.load_second(second_of(retry_at))] == ["orders/retry"]
     [again] = await claim_second(store, second_of(retry_at), "c2")
     assert again.attempt == 2 and again.due_at == NOW + 5000
 
 
-async def test_count_jobs_per_biz_type_and_state(store: JobStore) -> None:
+async def test_count_jobs_per_biz_type_and_state(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("ok"), new("dead"), new("held"), new("later", due_at=NOW + 60_000))
     await create(store, NewJob("billing", "b1", NOW + 90_000, encode_payload(None)))
     await create(store, new("gone", due_at=NOW + 70_000))
-    await store.cancel_job("orders", "gone", NOW)
+    await store.jobs.cancel_job("orders", "gone", NOW)
     claimed = {c.job_id: c for c in await claim_second(store, s)}
     ref = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
-    await store.record_outcomes(
+    await store.outcomes.record_outcomes(
         [
             Outcome(ref["ok"], OutcomeKind.DELIVERED, attempt(1)),
             Outcome(ref["dead"], OutcomeKind.DEAD, attempt(1, status=400)),
@@ -386,22 +395,24 @@ async def test_count_jobs_per_biz_type_and_state(store: JobStore) -> None:
         NOW + 5010,
     )
     open_states = [JobState.PENDING, JobState.DISPATCHED, JobState.DEAD]
-    assert await store.count_jobs(open_states) == {
+    assert await store.dispatch.count_jobs(open_states) == {
         ("orders", JobState.PENDING): 1,
         ("orders", JobState.DISPATCHED): 1,
         ("orders", JobState.DEAD): 1,
         ("billing", JobState.PENDING): 1,
     }
-    assert await store.count_jobs([JobState.CANCELLED]) == {("orders", JobState.CANCELLED): 1}
+    assert await store.dispatch.count_jobs([JobState.CANCELLED]) == {
+        ("orders", JobState.CANCELLED): 1
+    }
 
 
-async def test_outcome_for_a_cancelled_job_keeps_it_cancelled(store: JobStore) -> None:
+async def test_outcome_for_a_cancelled_job_keeps_it_cancelled(store: Store) -> None:
     await create(store, new("a"), new("b"))
     claimed = {c.job_id: c for c in await claim_second(store, second_of(NOW + 5000))}
-    await store.cancel_job("orders", "a", NOW)
-    await store.cancel_job("orders", "b", NOW)
+    await store.jobs.cancel_job("orders", "a", NOW)
+    await store.jobs.cancel_job("orders", "b", NOW)
     refs = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
-    await store.record_outcomes(
+    await store.outcomes.record_outcomes(
         [
             Outcome(refs["a"], OutcomeKind.DELIVERED, attempt(1)),
             Outcome(refs["b"], OutcomeKind.RETRY, attempt(1, status=500), NOW + 90_000),
@@ -409,12 +420,12 @@ async def test_outcome_for_a_cancelled_job_keeps_it_cancelled(store: JobStore) -
         NOW,
     )
     for name in "ab":
-        job = await store.get_job("orders", name)
+        job = await store.jobs.get_job("orders", name)
         assert job is not None and job.state == JobState.CANCELLED and job.attempts == 1
 
 
 async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_meanwhile(
-    store: JobStore,
+    store: Store,
 ) -> None:
     # 240 jobs in two seconds, retried into two other seconds: four move groups, one of
     # them over the chunk size; one job is cancelled after its callback went out.
@@ -422,9 +433,9 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
     await create(store, *(new(f"r{i:03}", due_at=firsts[i % 2]) for i in range(240)))
     claimed = [c for first in firsts for c in await claim_second(store, second_of(first), "c1")]
     assert len(claimed) == 240
-    await store.cancel_job("orders", "r007", NOW)
+    await store.jobs.cancel_job("orders", "r007", NOW)
     retry_at = {0: NOW + 41_000, 1: NOW + 43_000}
-    await store.record_outcomes(
+    await store.outcomes.record_outcomes(
         [
             Outcome(
                 SendRef(c.biz_type, c.job_id, c.second, c.claim),
@@ -436,63 +447,65 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
         ],
         NOW + 6010,
     )
-    cancelled = await store.get_job("orders", "r007")
+    cancelled = await store.jobs.get_job("orders", "r007")
     assert cancelled is not None and cancelled.state == JobState.CANCELLED
     assert cancelled.attempts == 1
-    loaded = {k for at in retry_at.values() for k, _ in await store.load_second(second_of(at))}
+    loaded = {
+        k for at in retry_at.values() for k, _ in await store.dispatch.load_second(second_of(at))
+    }
     expected = {f"orders/r{i:03}" for i in range(240) if i != 7}
     assert loaded == expected
     for i in (0, 1, 2, 239):
-        job = await store.get_job("orders", f"r{i:03}")
+        job = await store.jobs.get_job("orders", f"r{i:03}")
         assert job is not None and job.state == JobState.PENDING and job.attempts == 1
         assert job.next_attempt_at == retry_at[i % 3 % 2]
     for first in firsts:
-        assert await store.load_second(second_of(first)) == []
+        assert await store.dispatch.load_second(second_of(first)) == []
 
 
 # -- lease, pointer, brokers ------------------------------------------------------------
 
 
-async def test_lease_takeover_increases_fence(store: JobStore) -> None:
-    t1 = await store.acquire_lease("daemon-p0", "d1", 1000, NOW)
+async def test_lease_takeover_increases_fence(store: Store) -> None:
+    t1 = await store.leases.acquire_lease("daemon-p0", "d1", 1000, NOW)
     assert t1 is not None
-    assert await store.acquire_lease("daemon-p0", "d2", 1000, NOW + 500) is None
-    assert await store.acquire_lease("daemon-p0", "d1", 1000, NOW + 500) == t1
-    assert await store.renew_lease("daemon-p0", "d1", t1, 1000, NOW + 900) is True
-    t2 = await store.acquire_lease("daemon-p0", "d2", 1000, NOW + 2000)
+    assert await store.leases.acquire_lease("daemon-p0", "d2", 1000, NOW + 500) is None
+    assert await store.leases.acquire_lease("daemon-p0", "d1", 1000, NOW + 500) == t1
+    assert await store.leases.renew_lease("daemon-p0", "d1", t1, 1000, NOW + 900) is True
+    t2 = await store.leases.acquire_lease("daemon-p0", "d2", 1000, NOW + 2000)
     assert t2 is not None and t2 > t1
-    assert await store.renew_lease("daemon-p0", "d1", t1, 1000, NOW + 2001) is False
-    await store.release_lease("daemon-p0", "d2", t2)
-    t3 = await store.acquire_lease("daemon-p0", "d1", 1000, NOW + 2002)
+    assert await store.leases.renew_lease("daemon-p0", "d1", t1, 1000, NOW + 2001) is False
+    await store.leases.release_lease("daemon-p0", "d2", t2)
+    t3 = await store.leases.acquire_lease("daemon-p0", "d1", 1000, NOW + 2002)
     assert t3 is not None and t3 > t2
 
 
-async def test_pointer_is_fenced(store: JobStore) -> None:
-    assert await store.load_pointer("p0") is None
-    assert await store.save_pointer("p0", 100, 2) is True
-    assert await store.save_pointer("p0", 90, 1) is False
-    assert await store.load_pointer("p0") == 100
-    assert await store.save_pointer("p0", 101, 3) is True
-    assert await store.load_pointer("p0") == 101
+async def test_pointer_is_fenced(store: Store) -> None:
+    assert await store.leases.load_pointer("p0") is None
+    assert await store.leases.save_pointer("p0", 100, 2) is True
+    assert await store.leases.save_pointer("p0", 90, 1) is False
+    assert await store.leases.load_pointer("p0") == 100
+    assert await store.leases.save_pointer("p0", 101, 3) is True
+    assert await store.leases.load_pointer("p0") == 101
 
 
-async def test_broker_heartbeats(store: JobStore) -> None:
-    await store.broker_heartbeat("b1", ["orders"], NOW + 5000)
-    await store.broker_heartbeat("b2", ["coupons"], NOW - 1)
-    assert await store.held_biz_types(NOW) == {"orders"}
-    await store.broker_gone("b1")
-    assert await store.held_biz_types(NOW) == set()
+async def test_broker_heartbeats(store: Store) -> None:
+    await store.leases.broker_heartbeat("b1", ["orders"], NOW + 5000)
+    await store.leases.broker_heartbeat("b2", ["coupons"], NOW - 1)
+    assert await store.leases.held_biz_types(NOW) == {"orders"}
+    await store.leases.broker_gone("b1")
+    assert await store.leases.held_biz_types(NOW) == set()
 
 
-async def test_a_foreign_cursor_stays_within_the_biz_type(store: JobStore) -> None:
+async def test_a_foreign_cursor_stays_within_the_biz_type(store: Store) -> None:
     await create(store, new("a"))
-    await store.create_jobs([NewJob("aaa", "x", NOW, "null")], NOW)
-    page, _ = await store.list_jobs("orders", None, 10, "aaa/")
+    await store.jobs.create_jobs([NewJob("aaa", "x", NOW, "null")], NOW)
+    page, _ = await store.jobs.list_jobs("orders", None, 10, "aaa/")
     assert [(j.biz_type, j.job_id) for j in page] == [("orders", "a")]
 
 
-async def test_concurrent_creates_answer_with_the_stored_job(store: JobStore) -> None:
+async def test_concurrent_creates_answer_with_the_stored_job(store: Store) -> None:
     results = await asyncio.gather(*(create(store, new("same", payload=7)) for _ in range(20)))
-    stored = await store.get_job("orders", "same")
+    stored = await store.jobs.get_job("orders", "same")
     assert stored is not None
     assert {r[0].job.created_at for r in results} == {stored.created_at}

@@ -71,7 +71,7 @@ class Env:
 
     async def put_biz(self, name: str, **config: Any) -> BizType:
         biz = BizType(name, self.receiver.url(name), **config)
-        await self.store.put_biz_type(biz)
+        await self.store.biz_types.put_biz_type(biz)
         await self.queue.ensure_biz(name)
         if name not in self.biz_types:
             self.biz_types.append(name)
@@ -277,7 +277,7 @@ async def test_always_503_dead_then_replay_delivers(env: Env, broker: Broker) ->
     (job,) = await wait_for_states(env.store, jobs, {JobState.DEAD}, 15)
     assert [a.status_code for a in job.history] == [503, 503, 503], f"got {job.history}"
     answers["status"] = 200
-    replayed = await env.store.replay_job("orders", "flaky", now_ms())
+    replayed = await env.store.jobs.replay_job("orders", "flaky", now_ms())
     assert replayed.next_attempt_at is not None
     env.daemon.watch([replayed.next_attempt_at])
     (job,) = await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 10)
@@ -309,7 +309,7 @@ async def test_paused_gets_nothing_until_unpaused(env: Env, broker: Broker) -> N
     await env.daemon.dispatch_once()
     await asyncio.sleep(2)
     assert env.receiver.received == [], f"paused biz type got {len(env.receiver.received)}"
-    await env.store.put_biz_type(replace(biz, paused=False))
+    await env.store.biz_types.put_biz_type(replace(biz, paused=False))
     await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 10)
     assert len(env.receiver.received) == 10
 
@@ -413,7 +413,7 @@ async def test_sigterm_finishes_in_flight_and_exits_0(env: Env) -> None:
     proc.proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(proc.proc.wait, 15)
     assert code == 0, f"expected exit 0, got {code}: {proc.output()}"
-    states = [(await env.store.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
+    states = [(await env.store.jobs.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
     sent = len(env.receiver.received)
     delivered = states.count(JobState.DELIVERED)
     assert delivered == sent, f"every callback sent must be recorded: sent {sent}, got {states}"

@@ -20,11 +20,11 @@ from daemon.app import Daemon
 from tests.support import AMQP_URL, VENV_BIN, SecantusServer, free_port
 from timer_service.clock import SystemClock
 from timer_service.dispatch import Claimed
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType
 from timer_service.queue.amqp import QUEUE_ARGUMENTS, AmqpQueue, exchange_name, queue_name
 from timer_service.settings import Settings
-from timer_service.store.base import NewJob
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +142,9 @@ async def wait_leader(*daemons: Daemon, timeout_s: float = 5) -> Daemon:
 
 
 async def create(store: Any, *jobs: tuple[str, int]) -> None:
-    await store.create_jobs([NewJob(BIZ, job_id, due, "null") for job_id, due in jobs], now_ms())
+    await store.jobs.create_jobs(
+        [NewJob(BIZ, job_id, due, "null") for job_id, due in jobs], now_ms()
+    )
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -230,9 +232,9 @@ async def test_cancel_and_reschedule_of_loaded_jobs_are_honoured(
         f"expected 3 loaded jobs, got {daemon.scanner.loaded_jobs}"
     )
 
-    await mongo_store.cancel_job(BIZ, "cancelled", now_ms())
+    await mongo_store.jobs.cancel_job(BIZ, "cancelled", now_ms())
     new_due = start + 5600
-    await mongo_store.reschedule_job(BIZ, "moved", new_due, None, now_ms())
+    await mongo_store.jobs.reschedule_job(BIZ, "moved", new_due, None, now_ms())
 
     await received.wait_for(2, timeout_s=8)
     await asyncio.sleep(0.3)
@@ -304,7 +306,7 @@ def daemon_env(mongo_url: str, mongo_db: str, queue_prefix: str) -> dict[str, st
 async def test_kill_9_of_the_leader_standby_takes_over_and_nothing_is_lost(
     mongo_store: Any, daemon_env: dict[str, str], received: Received, secantus: SecantusServer
 ) -> None:
-    await mongo_store.put_biz_type(BizType(BIZ, "http://127.0.0.1:9/cb"))
+    await mongo_store.biz_types.put_biz_type(BizType(BIZ, "http://127.0.0.1:9/cb"))
     procs = [DaemonProcess(daemon_env), DaemonProcess(daemon_env)]
     try:
         leader = await asyncio.to_thread(wait_for_leader, procs, 30)

@@ -17,6 +17,7 @@ from timer_service.metrics import Metrics
 from timer_service.model import Attempt
 from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import recording
 
 NOW = 1_767_225_600_000  # FakeClock's start: 2026-01-01T00:00:00Z
 CALLBACK = {"callback_url": "http://127.0.0.1:9000/cb"}
@@ -52,8 +53,8 @@ class Api:
         return await self.request("POST", "/v1/jobs", json=body)
 
     async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        biz = [b.to_public() for b in await self.store.list_biz_types()]
-        jobs, _ = await self.store.list_jobs(None, None, 1000, None)
+        biz = [b.to_public() for b in await self.store.biz_types.list_biz_types()]
+        jobs, _ = await self.store.jobs.list_jobs(None, None, 1000, None)
         return biz, [j.to_public() for j in jobs]
 
     def created_total(self, biz_type: str) -> float:
@@ -71,7 +72,8 @@ async def make_api() -> AsyncIterator[Callable[..., Any]]:
     clients: list[httpx.AsyncClient] = []
 
     async def make(store: Any = None, ready_checks: Sequence[Any] = (), **settings: Any) -> Api:
-        store = store if store is not None else MemoryStore(buckets=60, retention_ms=86_400_000)
+        if store is None:
+            store = recording(MemoryStore(buckets=60, retention_ms=86_400_000))
         await store.setup()
         clock = FakeClock(NOW)
         metrics = Metrics()
@@ -135,20 +137,22 @@ def locs(problem: dict[str, Any]) -> list[list[Any]]:
 
 async def finish(store: MemoryStore, biz_type: str, job_id: str, kind: OutcomeKind) -> None:
     """Drive a job through claim and one callback outcome, as daemon and broker would."""
-    job = await store.get_job(biz_type, job_id)
+    job = await store.jobs.get_job(biz_type, job_id)
     assert job is not None and job.next_attempt_at is not None
     second = job.next_attempt_at // 1000
-    claimed = await store.claim_due(second, job.next_attempt_at, "c1", 1, NOW)
+    claimed = await store.dispatch.claim_due(second, job.next_attempt_at, "c1", 1, NOW)
     assert [c.job_id for c in claimed] == [job_id], f"claim failed: {claimed}"
     attempt = Attempt(1, NOW, 500 if kind != OutcomeKind.DELIVERED else 200, None, 3)
     ref = SendRef(biz_type, job_id, second, "c1")
-    await store.record_outcomes([Outcome(ref, kind, attempt)], NOW)
+    await store.outcomes.record_outcomes([Outcome(ref, kind, attempt)], NOW)
 
 
 async def dispatch(store: MemoryStore, biz_type: str, job_id: str) -> None:
-    job = await store.get_job(biz_type, job_id)
+    job = await store.jobs.get_job(biz_type, job_id)
     assert job is not None and job.next_attempt_at is not None
-    claimed = await store.claim_due(job.next_attempt_at // 1000, job.next_attempt_at, "c1", 1, NOW)
+    claimed = await store.dispatch.claim_due(
+        job.next_attempt_at // 1000, job.next_attempt_at, "c1", 1, NOW
+    )
     assert claimed, "claim failed"
 
 
@@ -210,7 +214,7 @@ async def test_put_biz_type_replaces_keeps_created_at_and_hides_secret(api: Api)
     ):
         assert body[key] == full[key], f"{key}: expected {full[key]!r}, got {body[key]!r}"
     assert body["retry"]["multiplier"] == 1.0
-    stored = await api.store.get_biz_type("orders")
+    stored = await api.store.biz_types.get_biz_type("orders")
     assert stored is not None and stored.signing_secret == "s3cret"
     got = expect(await api.request("GET", "/v1/biz-types/orders"), 200)
     assert got == body

@@ -148,15 +148,20 @@ async def test_unknown_route_404_and_wrong_method_405(api: Api) -> None:
     expect(await api.request("POST", "/healthz"), 405)
 
 
-class ExplodingStore(MemoryStore):
-    async def get_job(self, biz_type: str, job_id: str) -> Any:
+def exploding_store() -> MemoryStore:
+    store = MemoryStore()
+
+    async def get_job(biz_type: str, job_id: str) -> Any:
         raise RuntimeError("disk on fire")
+
+    store.jobs.get_job = get_job  # type: ignore[method-assign]
+    return store
 
 
 async def test_unexpected_error_is_500_problem(
     make_api: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    api = await make_api(store=ExplodingStore())
+    api = await make_api(store=exploding_store())
     problem = expect(await api.request("GET", "/v1/jobs/orders/a"), 500)
     assert "disk on fire" not in problem["detail"], "internals leaked into the answer"
     assert any("disk on fire" in (r.exc_text or str(r.exc_info)) for r in caplog.records), (

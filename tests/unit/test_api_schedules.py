@@ -19,6 +19,7 @@ from timer_service.schedules import MAX_SCHEDULE_ID_LEN
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import recording
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 CALLBACK = {"callback_url": "http://127.0.0.1:9000/cb"}
@@ -31,27 +32,29 @@ class Api:
         self.store = store
         self.clock = clock
         self.metrics = Metrics()
-        self.scheduler = Scheduler(MemoryScheduleStore(), store, self.metrics, clock)
+        self.scheduler = Scheduler(MemoryScheduleStore(), store.jobs, self.metrics, clock)
 
     async def put(self, body: Any, url: str = URL) -> httpx.Response:
         return await self.client.put(url, json=body)
 
     async def jobs(self, state: JobState | None = None) -> dict[str, Any]:
-        jobs, _ = await self.store.list_jobs("reports", state, 1000, None)
+        jobs, _ = await self.store.jobs.list_jobs("reports", state, 1000, None)
         return {j.job_id: j for j in jobs}
 
     async def dispatch(self, job_id: str) -> list[Claimed]:
         """Claim one job as the daemon does (returns what it claimed)."""
-        job = await self.store.get_job("reports", job_id)
+        job = await self.store.jobs.get_job("reports", job_id)
         assert job is not None and job.next_attempt_at is not None, f"no job {job_id}"
         now = self.clock.now_ms()
         second = job.next_attempt_at // 1000
-        return await self.store.claim_due(second, max(now, job.next_attempt_at), "c", 1, now)
+        return await self.store.dispatch.claim_due(
+            second, max(now, job.next_attempt_at), "c", 1, now
+        )
 
 
 @pytest.fixture
 async def api() -> AsyncIterator[Api]:
-    store = MemoryStore()
+    store = recording(MemoryStore())
     clock = FakeClock(NOW)
     holder: list[Api] = []
     async with httpx.AsyncClient(base_url="http://api") as client:
@@ -265,8 +268,8 @@ async def test_repair_creates_a_missing_job_and_advances_a_missed_dispatch(api: 
     assert got["runs"] == 1 and got["next_run_at"] == NOW + 180_000, got
     assert list(await api.jobs(JobState.PENDING)) == [f"daily:{NOW + 180_000}"]
     # A crash between advance and create: the next job is missing.
-    await api.store.cancel_job("reports", f"daily:{NOW + 180_000}", api.clock.now_ms())
-    api.store._jobs.pop(f"reports/daily:{NOW + 180_000}")
+    await api.store.jobs.cancel_job("reports", f"daily:{NOW + 180_000}", api.clock.now_ms())
+    api.store.state.jobs.pop(f"reports/daily:{NOW + 180_000}")
     api.clock.set(NOW + 180_000 + 61_000)
     assert await api.scheduler.repair() == 1
     assert list(await api.jobs(JobState.PENDING)) == [f"daily:{NOW + 180_000}"]

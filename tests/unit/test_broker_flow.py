@@ -23,11 +23,12 @@ from aiohttp import web
 
 from broker.app import Broker
 from timer_service.clock import SystemClock
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, JobState, RetryPolicy, second_of
 from timer_service.runtime import cancel_and_wait
 from timer_service.settings import Settings
-from timer_service.store.base import JobStore, NewJob
+from timer_service.store.base import Store
 
 # -- shared helpers ----------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class Receiver:
 class DaemonStandIn:
     """Plays the daemon for tests: claims pending jobs up to 1.5 s ahead and publishes them."""
 
-    def __init__(self, store: JobStore, queue: Any, ahead_ms: int = 1500) -> None:
+    def __init__(self, store: Store, queue: Any, ahead_ms: int = 1500) -> None:
         self._store = store
         self._queue = queue
         self._ahead_ms = ahead_ms
@@ -126,7 +127,7 @@ class DaemonStandIn:
         now = int(time.time() * 1000)
         published = 0
         for second in sorted(s for s in self.seconds if s * 1000 <= now + self._ahead_ms):
-            claimed = await self._store.claim_due(
+            claimed = await self._store.dispatch.claim_due(
                 second, now + self._ahead_ms, uuid.uuid4().hex, 1, now
             )
             if claimed:
@@ -137,7 +138,7 @@ class DaemonStandIn:
     async def follow_retries(self, jobs: Iterable[tuple[str, str]]) -> None:
         """Keep watching the seconds these jobs' retries land in."""
         for biz, job_id in jobs:
-            job = await self._store.get_job(biz, job_id)
+            job = await self._store.jobs.get_job(biz, job_id)
             if job is not None and job.state == JobState.PENDING and job.next_attempt_at:
                 self.seconds.add(second_of(job.next_attempt_at))
 
@@ -162,23 +163,23 @@ def now_ms() -> int:
 
 
 async def create(
-    store: JobStore, biz: str, job_ids: Iterable[str], due_at: int, payload: Any = None
+    store: Store, biz: str, job_ids: Iterable[str], due_at: int, payload: Any = None
 ) -> list[tuple[str, str]]:
     news = [
         NewJob(biz, j, due_at, json.dumps(payload if payload is not None else {"j": j}))
         for j in job_ids
     ]
-    await store.create_jobs(news, now_ms())
+    await store.jobs.create_jobs(news, now_ms())
     return [(n.biz_type, n.job_id) for n in news]
 
 
 async def wait_for_states(
-    store: JobStore, jobs: Iterable[tuple[str, str]], states: set[JobState], timeout_s: float
+    store: Store, jobs: Iterable[tuple[str, str]], states: set[JobState], timeout_s: float
 ) -> list[Job]:
     jobs = list(jobs)
     deadline = time.monotonic() + timeout_s
     while True:
-        found = [await store.get_job(b, j) for b, j in jobs]
+        found = [await store.jobs.get_job(b, j) for b, j in jobs]
         if all(f is not None and f.state in states for f in found):
             return [f for f in found if f is not None]
         if time.monotonic() > deadline:
@@ -218,7 +219,7 @@ class World:
 
     async def put_biz(self, name: str, **config: Any) -> BizType:
         biz = BizType(name, self.receiver.url(name), **config)
-        await self.store.put_biz_type(biz)
+        await self.store.biz_types.put_biz_type(biz)
         return biz
 
     def metric(self, name: str, **labels: str) -> float:
@@ -331,7 +332,7 @@ async def test_timeout_and_connection_error_are_retried(world: World) -> None:
     world.receiver.responder = lambda r: (200, {}, 1.0)
     await world.put_biz("slow", timeout_ms=100, retry=fast_retry(max_attempts=1))
     world_biz_down = BizType("down", "http://127.0.0.1:9/nothing", retry=fast_retry(max_attempts=1))
-    await world.store.put_biz_type(world_biz_down)
+    await world.store.biz_types.put_biz_type(world_biz_down)
     await started(world)
     due = now_ms()
     jobs = await create(world.store, "slow", ["t"], due) + await create(
@@ -351,7 +352,7 @@ async def test_cancelled_after_publication_is_not_called_back(world: World) -> N
     jobs = await create(world.store, "orders", ["keep", "cancel"], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    await world.store.cancel_job("orders", "cancel", now_ms())
+    await world.store.jobs.cancel_job("orders", "cancel", now_ms())
     await wait_for_states(world.store, jobs[:1], {JobState.DELIVERED}, 5)
     await asyncio.sleep(0.1)
     got = [r.json["job_id"] for r in world.receiver.received]
@@ -365,7 +366,7 @@ async def test_duplicate_and_stale_messages_send_once(world: World) -> None:
     due = now_ms() + 200
     jobs = await create(world.store, "orders", ["d"], due)
     world.daemon.watch([due])
-    (claimed,) = await world.store.claim_due(second_of(due), due, "claim-1", 1, now_ms())
+    (claimed,) = await world.store.dispatch.claim_due(second_of(due), due, "claim-1", 1, now_ms())
     stale = type(claimed)(
         **{**{s: getattr(claimed, s) for s in claimed.__slots__}, "claim": "old-claim"}
     )
@@ -386,7 +387,7 @@ async def test_paused_holds_then_sends_after_unpause(world: World) -> None:
     await world.daemon.dispatch_once()
     await asyncio.sleep(1.5)
     assert world.receiver.received == [], "a paused biz type was called back"
-    await world.store.put_biz_type(replace(biz, paused=False))
+    await world.store.biz_types.put_biz_type(replace(biz, paused=False))
     await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
     assert len(world.receiver.received) == 5
 
@@ -422,7 +423,7 @@ async def test_stop_finishes_in_flight_and_hands_back_held(world: World) -> None
     await world.daemon.dispatch_once()
     await asyncio.sleep(0.15)  # two in flight, four held
     await world.broker.stop()
-    states = [(await world.store.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
+    states = [(await world.store.jobs.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
     assert states.count(JobState.DELIVERED) == 2, f"expected 2 delivered, got {states}"
     assert states.count(JobState.DISPATCHED) == 4, f"expected 4 still dispatched, got {states}"
     depth = await world.queue.queue_depth("orders")
@@ -437,17 +438,17 @@ async def test_heartbeat_says_what_is_held(world: World) -> None:
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
     deadline = time.monotonic() + 4
-    while "orders" not in await world.store.held_biz_types(now_ms()):
+    while "orders" not in await world.store.leases.held_biz_types(now_ms()):
         assert time.monotonic() < deadline, "heartbeat never reported 'orders' as held"
         await asyncio.sleep(0.1)
     await world.broker.stop()
-    assert await world.store.held_biz_types(now_ms()) == set()
+    assert await world.store.leases.held_biz_types(now_ms()) == set()
 
 
 async def test_config_change_applies_without_restart(world: World) -> None:
     await world.put_biz("orders")
     await started(world)
-    await world.store.put_biz_type(
+    await world.store.biz_types.put_biz_type(
         BizType("orders", world.receiver.url("moved"), signing_secret="new")
     )
     await asyncio.sleep(1.3)
@@ -465,7 +466,7 @@ async def test_deleted_biz_type_stops_its_consumer(world: World) -> None:
     await world.put_biz("other")
     await started(world)
     assert world.broker.biz_types == ["orders", "other"]
-    await world.store.delete_biz_type("orders")
+    await world.store.biz_types.delete_biz_type("orders")
     deadline = time.monotonic() + 3
     while world.broker.biz_types != ["other"]:
         assert time.monotonic() < deadline, f"expected ['other'], got {world.broker.biz_types}"

@@ -12,9 +12,9 @@ from broker.lane import CHECK_AHEAD_MS, Lane
 from broker.outcomes import OutcomeWriter
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, second_of
-from timer_service.store.base import NewJob
 
 
 class FakeSender:
@@ -64,10 +64,10 @@ async def parts(memory_store: Any, fake_clock: FakeClock) -> Any:
 
 
 async def claimed_jobs(store: Any, clock: FakeClock, count: int, due: int) -> list[Claimed]:
-    await store.create_jobs(
+    await store.jobs.create_jobs(
         [NewJob("orders", f"j{i}", due, "{}") for i in range(count)], clock.now_ms()
     )
-    return list(await store.claim_due(second_of(due), due, "c1", 1, clock.now_ms()))
+    return list(await store.dispatch.claim_due(second_of(due), due, "c1", 1, clock.now_ms()))
 
 
 def make_lane(parts: Any, clock: FakeClock, **config: Any) -> Lane:
@@ -104,7 +104,7 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
     await settle()
     await asyncio.sleep(0.01)  # the outcome writer's batching window
-    done = await store.get_job("orders", "j0")
+    done = await store.jobs.get_job("orders", "j0")
     assert done.state is JobState.DELIVERED and done.history[0].at == due, f"got {done}"
     await lane.close()
 

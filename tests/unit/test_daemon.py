@@ -11,12 +11,13 @@ from daemon.app import Daemon
 from daemon.lease import LEASE_NAME
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, second_of
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
-from timer_service.store.base import NewJob
 from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import recording
 
 BIZ = "orders"
 CLAIM_AHEAD_MS = 1000
@@ -67,7 +68,7 @@ class Harness:
         self._watch = asyncio.create_task(self._feed_watch()) if watch else None
 
     async def _feed_watch(self) -> None:
-        async for second in self.store.watch_seconds():
+        async for second in self.store.dispatch.watch_seconds():
             self.daemon.nudge(second)
 
     async def step(self) -> int:
@@ -95,12 +96,12 @@ async def run_until(end_ms: int, *harnesses: Harness, max_step_ms: int = 1000) -
 
 
 async def create(store: MemoryStore, now: int, *jobs: tuple[str, int], biz: str = BIZ) -> None:
-    await store.create_jobs([NewJob(biz, job_id, due, "null") for job_id, due in jobs], now)
+    await store.jobs.create_jobs([NewJob(biz, job_id, due, "null") for job_id, due in jobs], now)
 
 
 @pytest.fixture
 def store() -> MemoryStore:
-    return MemoryStore(buckets=60)
+    return recording(MemoryStore(buckets=60))
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ async def test_jobs_are_published_claim_ahead_before_due_and_never_more_than_2s(
             f"{job_id}: expected publish 0..{CLAIM_AHEAD_MS} ms before due, got {ahead} ms"
         )
         assert ahead <= 2000
-        job = await store.get_job(BIZ, job_id)
+        job = await store.jobs.get_job(BIZ, job_id)
         assert job is not None and job.state == JobState.DISPATCHED and job.published, job
 
 
@@ -151,7 +152,7 @@ async def test_cancelled_job_in_the_wheel_is_never_published(
     await run_until(start + 100, h)
     assert h.daemon.scanner.loaded_jobs == 2, "both jobs should be in the wheel"
 
-    await store.cancel_job(BIZ, "gone", clock.now_ms())
+    await store.jobs.cancel_job(BIZ, "gone", clock.now_ms())
     await run_until(start + 6000, h)
 
     assert h.queue.times("gone") == [], "a cancelled job was published"
@@ -172,7 +173,7 @@ async def test_rescheduled_job_is_published_at_its_new_time_only(
     assert h.daemon.scanner.loaded_jobs == 1
 
     new_due = old_due + move_ms
-    await store.reschedule_job(BIZ, "moved", new_due, None, clock.now_ms())
+    await store.jobs.reschedule_job(BIZ, "moved", new_due, None, clock.now_ms())
     h.daemon.nudge(second_of(new_due))  # what the API (dev) or the change stream does
     await run_until(start + 8000, h)
 
@@ -290,9 +291,9 @@ async def test_failed_renew_steps_down_at_once(store: MemoryStore, clock: FakeCl
     async def refuse(*_: object) -> bool:
         return False
 
-    store.renew_lease = refuse  # type: ignore[method-assign]
+    store.leases.renew_lease = refuse  # type: ignore[method-assign]
     # What a takeover by another daemon looks like to the store.
-    await store.acquire_lease(LEASE_NAME, "someone-else", 60_000, clock.now_ms() + 3001)
+    await store.leases.acquire_lease(LEASE_NAME, "someone-else", 60_000, clock.now_ms() + 3001)
     await run_until(start + 5000, h)
     assert not h.daemon.is_leader
     assert h.queue.published == []
@@ -322,13 +323,13 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     await create(store, start, ("gone-msg", start), biz="free2")
     # A previous daemon claimed all three; it published two, then died.
     s = second_of(start)
-    await store.claim_due(s, start, "dead-1", 1, start)
-    await store.mark_published(s, "dead-1")
-    await store.create_jobs([NewJob("free", "lost2", start, "null")], start)
-    await store.claim_due(s, start, "dead-2", 1, start)  # never published
+    await store.dispatch.claim_due(s, start, "dead-1", 1, start)
+    await store.dispatch.mark_published(s, "dead-1")
+    await store.jobs.create_jobs([NewJob("free", "lost2", start, "null")], start)
+    await store.dispatch.claim_due(s, start, "dead-2", 1, start)  # never published
 
     clock.advance(61_000)
-    await store.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
+    await store.leases.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
     h = Harness(store, clock)
     await h.step()
 
@@ -337,9 +338,9 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
         f"expected the unpublished job and the published ones of biz types nobody holds, "
         f"got {republished}"
     )
-    job = await store.get_job("free", "lost2")
+    job = await store.jobs.get_job("free", "lost2")
     assert job is not None and job.published and job.claim != "dead-2", job
-    queued = await store.get_job("held", "queued")
+    queued = await store.jobs.get_job("held", "queued")
     assert queued is not None and queued.claim == "dead-1", "a held biz type's job is left alone"
 
 
@@ -349,19 +350,21 @@ async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
     start = clock.now_ms()
     s = second_of(start)
     # 2,500 published jobs of a held biz type, claimed first: more than two pages.
-    await store.create_jobs([NewJob("held", f"q{i}", start, "null") for i in range(2500)], start)
-    await store.claim_due(s, start, "dead-1", 1, start)
-    await store.mark_published(s, "dead-1")
+    await store.jobs.create_jobs(
+        [NewJob("held", f"q{i}", start, "null") for i in range(2500)], start
+    )
+    await store.dispatch.claim_due(s, start, "dead-1", 1, start)
+    await store.dispatch.mark_published(s, "dead-1")
     await create(store, start + 1, ("lost", start + 1), biz="free")
-    await store.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
+    await store.dispatch.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
 
     clock.advance(61_000)
-    await store.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
+    await store.leases.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
     h = Harness(store, clock)
     await h.step()
 
     assert [j.job_id for j in h.queue.published] == ["lost"]
-    held = await store.get_job("held", "q0")
+    held = await store.jobs.get_job("held", "q0")
     assert held is not None and held.claim == "dead-1"
 
 
@@ -372,12 +375,12 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     await create(store, start, ("claimed-then-crashed", start + 900), ("sent", start + 900))
     s = second_of(start)
     # The old leader (fence 1) claimed both, saw one confirmed, and died.
-    old_fence = await store.acquire_lease(LEASE_NAME, "old-leader", 300, start)
+    old_fence = await store.leases.acquire_lease(LEASE_NAME, "old-leader", 300, start)
     assert old_fence == 1
-    await store.claim_due(s, start + 1000, "old-1", 1, start)
-    await store.create_jobs([NewJob(BIZ, "late", start + 950, "null")], start)
-    await store.claim_due(s, start + 1000, "old-2", 1, start)
-    await store.mark_published(s, "old-1")
+    await store.dispatch.claim_due(s, start + 1000, "old-1", 1, start)
+    await store.jobs.create_jobs([NewJob(BIZ, "late", start + 950, "null")], start)
+    await store.dispatch.claim_due(s, start + 1000, "old-2", 1, start)
+    await store.dispatch.mark_published(s, "old-1")
 
     clock.advance(500)  # far less than reconcile_after (60 s)
     h = Harness(store, clock)
@@ -387,7 +390,7 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     assert republished == ["late"], (
         f"expected only the never-confirmed job to go out at takeover, got {republished}"
     )
-    job = await store.get_job(BIZ, "late")
+    job = await store.jobs.get_job(BIZ, "late")
     assert job is not None and job.claim != "old-2" and job.published
 
 
@@ -429,11 +432,11 @@ async def test_pointer_is_saved_and_scan_lag_reported(store: MemoryStore, clock:
     await create(store, start - 60_000, *((f"old{i}", start - 60_000 + i) for i in range(10)))
     h = Harness(store, clock)
     await h.step()
-    assert await store.load_pointer("p0") == second_of(start - 60_000)
+    assert await store.leases.load_pointer("p0") == second_of(start - 60_000)
     lag = h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds")
     assert lag == 60, f"expected 60 s of lag during catch-up, got {lag}"
     await run_until(start + 2000, h)
-    assert await store.load_pointer("p0") == second_of(clock.now_ms())
+    assert await store.leases.load_pointer("p0") == second_of(clock.now_ms())
     assert h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds") == 0
     assert h.daemon.metrics.registry.get_sample_value("timer_daemon_leader") == 1
 
@@ -443,7 +446,9 @@ async def test_only_the_leader_exports_job_counts_per_biz_type_and_state(
 ) -> None:
     start = clock.now_ms()
     for name in ("orders", "quiet"):
-        await store.put_biz_type(BizType(name, "http://127.0.0.1:1/", created_at=1, updated_at=1))
+        await store.biz_types.put_biz_type(
+            BizType(name, "http://127.0.0.1:1/", created_at=1, updated_at=1)
+        )
     await create(store, start, *((f"j{i}", start + 60_000) for i in range(3)))
     a, b = Harness(store, clock), Harness(store, clock)
     await a.step()
@@ -498,7 +503,7 @@ async def test_writes_into_a_loaded_second_are_swept_not_reloaded(
         sweep_step = 100
         assert ahead >= CLAIM_AHEAD_MS - sweep_step - 50, f"{job_id} only {ahead} ms ahead"
     assert store.ops["release_second"] >= 1
-    assert await store.next_seconds(target_s, target_s, 1) == []
+    assert await store.dispatch.next_seconds(target_s, target_s, 1) == []
 
 
 class SlowQueue(RecordingQueue):

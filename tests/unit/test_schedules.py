@@ -307,13 +307,13 @@ class Harness:
         self.jobs = MemoryStore()
         self.schedules = MemoryScheduleStore()
         self.metrics = Metrics()
-        self.scheduler = Scheduler(self.schedules, self.jobs, self.metrics, self.clock)
+        self.scheduler = Scheduler(self.schedules, self.jobs.jobs, self.metrics, self.clock)
 
     async def setup(self) -> None:
-        await self.jobs.put_biz_type(BizType("reports", "http://127.0.0.1:9/cb"))
+        await self.jobs.biz_types.put_biz_type(BizType("reports", "http://127.0.0.1:9/cb"))
 
     async def pending(self) -> list[str]:
-        jobs, _ = await self.jobs.list_jobs("reports", JobState.PENDING, 1000, None)
+        jobs, _ = await self.jobs.jobs.list_jobs("reports", JobState.PENDING, 1000, None)
         return [j.job_id for j in jobs]
 
     async def dispatch_due(self) -> list[Claimed]:
@@ -321,11 +321,11 @@ class Harness:
         now = self.clock.now_ms()
         claimed: list[Claimed] = []
         for job_id in await self.pending():
-            job = await self.jobs.get_job("reports", job_id)
+            job = await self.jobs.jobs.get_job("reports", job_id)
             assert job is not None and job.next_attempt_at is not None
             if job.next_attempt_at <= now:
                 second = job.next_attempt_at // 1000
-                claimed += await self.jobs.claim_due(second, now, f"c{now}", 1, now)
+                claimed += await self.jobs.dispatch.claim_due(second, now, f"c{now}", 1, now)
         await self.scheduler.on_dispatched(claimed)
         return claimed
 

@@ -28,9 +28,10 @@ from timer_service.api.routes_schedules import build_schedules_router
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
 from timer_service.metrics import Metrics
-from timer_service.scheduling import Scheduler, default_scheduler
+from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
+from timer_service.wiring import scheduler as default_scheduler
 
 DESCRIPTION = """\
 Persisted delayed HTTP callbacks: register a biz type (its callback URL, rate
@@ -48,7 +49,7 @@ TAGS = [
 
 def create_app(
     settings: Settings,
-    store: JobStore,
+    store: Store,
     metrics: Metrics,
     clock: Clock,
     *,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.settings import Settings
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ ReadyCheck = Callable[[], Awaitable[None]]
 @dataclass(frozen=True, slots=True)
 class ApiContext:
     settings: Settings
-    store: JobStore
+    store: Store
     metrics: Metrics
     clock: Clock
     on_jobs_written: JobsWritten | None = None

@@ -9,7 +9,7 @@ from typing import Any
 from timer_service.api.bodies import BODY, encode_checked, validate
 from timer_service.api.problems import Loc, Problem
 from timer_service.api.schemas import JobCreateIn, JobPatchIn
-from timer_service.store.base import NewJob
+from timer_service.jobs import NewJob
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,8 +48,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             created_at=now,
             updated_at=now,
         )
-        was_created = await store.put_biz_type(biz)
-        stored = await store.get_biz_type(biz_type) or biz
+        was_created = await store.biz_types.put_biz_type(biz)
+        stored = await store.biz_types.get_biz_type(biz_type) or biz
         return JSONResponse(stored.to_public(), 201 if was_created else 200)
 
     @router.get(
@@ -58,7 +58,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         response_model=BizTypeListOut,
     )
     async def list_biz_types() -> Response:
-        items = await store.list_biz_types()
+        items = await store.biz_types.list_biz_types()
         return JSONResponse({"items": [biz.to_public() for biz in items]})
 
     @router.get(
@@ -68,7 +68,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         responses=problems(404, 422),
     )
     async def get_biz_type(biz_type: BizTypePath) -> Response:
-        biz = await store.get_biz_type(biz_type)
+        biz = await store.biz_types.get_biz_type(biz_type)
         if biz is None:
             raise Problem(404, f"No biz type {biz_type!r}.")
         return JSONResponse(biz.to_public())
@@ -81,7 +81,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         responses=problems(404, 409, 422),
     )
     async def delete_biz_type(biz_type: BizTypePath) -> Response:
-        if not await store.delete_biz_type(biz_type):
+        if not await store.biz_types.delete_biz_type(biz_type):
             raise Problem(404, f"No biz type {biz_type!r}.")
         return Response(status_code=204)
 

@@ -29,8 +29,8 @@ from timer_service.constants import (
     MAX_LIST_LIMIT,
 )
 from timer_service.errors import InvalidInput
+from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.model import Job, JobState
-from timer_service.store.base import CreateResult, CreateStatus, NewJob
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
@@ -53,7 +53,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
     store, clock = ctx.store, ctx.clock
 
     async def unknown_biz_types(names: set[str]) -> set[str]:
-        known = await store.get_biz_types(sorted(names))
+        known = await store.biz_types.get_biz_types(sorted(names))
         return names - known.keys()
 
     def created(results: list[CreateResult]) -> None:
@@ -81,7 +81,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
         job = new_job(data, now, limits)
         if await unknown_biz_types({job.biz_type}):
             raise Problem.invalid([*BODY, "biz_type"], f"unknown biz type {job.biz_type!r}")
-        [result] = await store.create_jobs([job], now)
+        [result] = await store.jobs.create_jobs([job], now)
         created([result])
         status = _STATUS[result.status]
         if status == 409:
@@ -117,7 +117,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
                     results[i] = {"status": 422, "error": error.body()}
             accepted = [(i, job) for i, job in accepted if job.biz_type not in unknown]
         if accepted:
-            written = await store.create_jobs([job for _, job in accepted], now)
+            written = await store.jobs.create_jobs([job for _, job in accepted], now)
             created(written)
             for (i, _), result in zip(accepted, written, strict=True):
                 status = _STATUS[result.status]
@@ -140,7 +140,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
         cursor: Annotated[str | None, Query(max_length=1024)] = None,
     ) -> Response:
         try:
-            jobs, next_cursor = await store.list_jobs(biz_type, state, limit, cursor or None)
+            jobs, next_cursor = await store.jobs.list_jobs(biz_type, state, limit, cursor or None)
         except (InvalidInput, ValueError):
             raise Problem.invalid(["query", "cursor"], "is not a cursor this API gave") from None
         return JSONResponse(
@@ -154,7 +154,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
         responses=problems(404, 422),
     )
     async def get_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
-        job = await store.get_job(biz_type, job_id)
+        job = await store.jobs.get_job(biz_type, job_id)
         if job is None:
             raise Problem(404, f"No job {job_id!r} of biz type {biz_type!r}.")
         return job_response(job)
@@ -166,7 +166,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
         responses=problems(404, 409, 422),
     )
     async def cancel_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
-        job = await store.cancel_job(biz_type, job_id, clock.now_ms())
+        job = await store.jobs.cancel_job(biz_type, job_id, clock.now_ms())
         return job_response(job)
 
     @router.patch(
@@ -182,7 +182,9 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
         data = await read_json(request)
         now = clock.now_ms()
         change = reschedule(data, now, limits)
-        job = await store.reschedule_job(biz_type, job_id, change.due_at, change.payload_json, now)
+        job = await store.jobs.reschedule_job(
+            biz_type, job_id, change.due_at, change.payload_json, now
+        )
         ctx.jobs_written([(job.next_attempt_at or job.due_at) // 1000])
         return job_response(job)
 
@@ -194,7 +196,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
     )
     async def replay_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
         now = clock.now_ms()
-        job = await store.replay_job(biz_type, job_id, now)
+        job = await store.jobs.replay_job(biz_type, job_id, now)
         ctx.jobs_written([(job.next_attempt_at or now) // 1000])
         return job_response(job)
 

@@ -125,7 +125,7 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         except InvalidInput as exc:
             raise Problem.invalid(["path", *exc.loc], str(exc)) from None
         spec = spec_from(await read_json(request))
-        if await ctx.store.get_biz_type(biz_type) is None:
+        if await ctx.store.biz_types.get_biz_type(biz_type) is None:
             raise Problem.invalid(["path", "biz_type"], f"unknown biz type {biz_type!r}")
         result = await scheduler.put(biz_type, schedule_id, spec)
         if result.schedule.next_run_at is not None:

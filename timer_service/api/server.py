@@ -20,7 +20,7 @@ from timer_service.logs import setup_logging
 from timer_service.metrics import Metrics
 from timer_service.runtime import freeze_startup_heap, run_until_signal
 from timer_service.settings import Settings
-from timer_service.store.base import JobStore
+from timer_service.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def _stop_on_signals(stop: asyncio.Event | None) -> Iterator[asyncio.Event]:
             loop.remove_signal_handler(sig)
 
 
-async def _setup_store(store: JobStore, stop: asyncio.Event) -> bool:
+async def _setup_store(store: Store, stop: asyncio.Event) -> bool:
     """Create collections and indexes, retrying until the store answers or we are told
     to stop (serving before the unique indexes exist would break idempotent create)."""
     while not stop.is_set():

@@ -1,0 +1,300 @@
+"""The job state machine: every rule about how a job may change, in one place.
+
+Each event (create, cancel, reschedule, replay, claim, reclaim, published,
+outcome) is a pure function of the job (or of what the caller knows of it) that
+returns a `Change`, or raises a domain error. A `Change` says which fields take
+which values and records at most one attempt, guarded by the state (and claim)
+the job must still be in when the store applies it. Store adapters apply
+changes as they are told: the in-memory store evolves the job, the MongoDB
+store turns the guard into a query filter and the fields into ``$set``. Neither
+decides a transition itself (docs/architecture.md, "The job state machine").
+
+    pending --claim--> dispatched --outcome: retry--> pending
+       |                   |  \\--outcome: delivered--> delivered
+       |                   |   \\-outcome: dead-------> dead --replay--> pending
+       +--cancel--> cancelled <--cancel (callback not started)
+    pending --reschedule--> pending
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from timer_service.dispatch import Claimed, Outcome, OutcomeKind
+from timer_service.errors import Conflict
+from timer_service.model import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    Attempt,
+    Job,
+    JobState,
+    canonical_json,
+    same_payload,
+    second_of,
+)
+
+# --------------------------------------------------------------------------- create
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A create request, validated."""
+
+    biz_type: str
+    job_id: str
+    due_at: int
+    payload_json: str
+    # False when the request gave delay_ms: an existing job then matches on payload only.
+    compare_due: bool = True
+
+
+class CreateStatus(StrEnum):
+    CREATED = "created"  # 201
+    EXISTS = "exists"  # 200: same identity, same due_at and payload
+    CONFLICT = "conflict"  # 409: same identity, different due_at or payload
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    status: CreateStatus
+    job: Job
+
+
+def new_job(new: NewJob, now_ms: int) -> Job:
+    """The job a create makes: pending, first attempt at its due time."""
+    return Job(
+        biz_type=new.biz_type,
+        job_id=new.job_id,
+        due_at=new.due_at,
+        payload_json=new.payload_json,
+        state=JobState.PENDING,
+        attempts=0,
+        next_attempt_at=new.due_at,
+        created_at=now_ms,
+        updated_at=now_ms,
+    )
+
+
+def payload_fingerprint(payload_json: str) -> str:
+    """A digest of the payload that equal JSON values share whatever their spelling."""
+    return hashlib.sha256(canonical_json(payload_json).encode()).hexdigest()
+
+
+def repeat_status(existing: Job, new: NewJob) -> CreateStatus:
+    """A create of an identity that exists: the same request again, or a conflict."""
+    same_due = not new.compare_due or existing.due_at == new.due_at
+    if same_due and same_payload(existing.payload_json, new.payload_json):
+        return CreateStatus.EXISTS
+    return CreateStatus.CONFLICT
+
+
+def repeat_status_by_fingerprint(due_at: int, fingerprint: str, new: NewJob) -> CreateStatus:
+    """`repeat_status` when only the due time and payload fingerprint are known."""
+    same_due = not new.compare_due or due_at == new.due_at
+    if same_due and fingerprint == payload_fingerprint(new.payload_json):
+        return CreateStatus.EXISTS
+    return CreateStatus.CONFLICT
+
+
+# --------------------------------------------------------------------------- changes
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What the job must still be when a change is applied: one of `states`, and
+    when `claim` is given, dispatched under that claim token."""
+
+    states: frozenset[JobState]
+    claim: str | None = None
+
+    def holds(self, job: Job) -> bool:
+        if job.state not in self.states:
+            return False
+        return self.claim is None or job.claim == self.claim
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Field values to set on a job (and an attempt to record), under a guard."""
+
+    guard: Guard
+    sets: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    attempt: Attempt | None = None
+
+    @property
+    def state(self) -> JobState | None:
+        """The state the job ends in, if the change sets one."""
+        state = self.sets.get("state")
+        return None if state is None else JobState(state)
+
+    @property
+    def finishes(self) -> bool:
+        """The job ends in a final state: it starts its retention period."""
+        return self.state in FINAL_STATES
+
+    @property
+    def next_second(self) -> int | None:
+        """The second the job fires in next, when the change moves it there."""
+        if "next_attempt_at" not in self.sets:
+            return None
+        at = self.sets["next_attempt_at"]
+        return None if at is None else second_of(at)
+
+    def apply(self, job: Job) -> Job:
+        """The job after the change (the caller checked the guard)."""
+        changed = job.evolve(**self.sets)
+        if self.attempt is not None:
+            changed = changed.evolve(
+                attempts=changed.attempts + 1, history=(*changed.history, self.attempt)
+            )
+        return changed
+
+
+def _change(states: frozenset[JobState], claim: str | None = None, /, **sets: Any) -> Change:
+    return Change(Guard(states, claim), MappingProxyType(sets))
+
+
+_PENDING = frozenset({JobState.PENDING})
+_DISPATCHED = frozenset({JobState.DISPATCHED})
+_DEAD = frozenset({JobState.DEAD})
+_CANCELLED = frozenset({JobState.CANCELLED})
+
+# --------------------------------------------------------------------------- API events
+
+
+def cancel(job: Job, now_ms: int) -> Change | None:
+    """pending | dispatched -> cancelled; None when it is cancelled already.
+    Conflict when delivered or dead."""
+    if job.state == JobState.CANCELLED:
+        return None
+    if job.state not in ACTIVE_STATES:
+        raise Conflict(f"job is {job.state.value}")
+    return _change(
+        ACTIVE_STATES,
+        state=JobState.CANCELLED,
+        next_attempt_at=None,
+        claim=None,
+        updated_at=now_ms,
+    )
+
+
+def reschedule(job: Job, due_at: int, payload_json: str | None, now_ms: int) -> Change:
+    """A pending job moves to `due_at` (and takes the new payload, if given)."""
+    if job.state != JobState.PENDING:
+        raise Conflict(f"only a pending job can be rescheduled; this one is {job.state.value}")
+    sets: dict[str, Any] = {"due_at": due_at, "next_attempt_at": due_at, "updated_at": now_ms}
+    if payload_json is not None:
+        sets["payload_json"] = payload_json
+    return _change(_PENDING, **sets)
+
+
+def replay(job: Job, now_ms: int) -> Change:
+    """dead -> pending now, with a fresh budget of attempts (history keeps counting)."""
+    if job.state != JobState.DEAD:
+        raise Conflict(f"only a dead job can be replayed; this one is {job.state.value}")
+    return _change(
+        _DEAD,
+        state=JobState.PENDING,
+        next_attempt_at=now_ms,
+        budget_base=job.attempts,
+        claim=None,
+        updated_at=now_ms,
+    )
+
+
+# --------------------------------------------------------------------------- dispatch events
+
+
+def claimable(job: Job, upto_ms: int, fence: int) -> bool:
+    """A claim round under `fence` takes the pending jobs due by `upto_ms` that no
+    daemon with a higher fence has claimed."""
+    return (
+        job.state == JobState.PENDING
+        and job.next_attempt_at is not None
+        and job.next_attempt_at <= upto_ms
+        and job.fence <= fence
+    )
+
+
+def claim(claim_token: str, fence: int, now_ms: int) -> Change:
+    """pending -> dispatched under a claim token and the claiming daemon's fence."""
+    return _change(
+        _PENDING,
+        state=JobState.DISPATCHED,
+        claim=claim_token,
+        fence=fence,
+        claimed_at=now_ms,
+        published=False,
+        updated_at=now_ms,
+    )
+
+
+def reclaim(old_claim: str, claim_token: str, fence: int, now_ms: int) -> Change:
+    """A dispatched job whose message went missing gets a new claim (and message)."""
+    return _change(
+        _DISPATCHED,
+        old_claim,
+        claim=claim_token,
+        fence=fence,
+        claimed_at=now_ms,
+        published=False,
+    )
+
+
+def published(claim_token: str) -> Change:
+    """The queue confirmed the claim's messages."""
+    return _change(_DISPATCHED, claim_token, published=True)
+
+
+def claimed(job: Job, second: int) -> Claimed:
+    """What the daemon publishes for a job it has just claimed."""
+    assert job.next_attempt_at is not None and job.claim is not None
+    return Claimed(
+        biz_type=job.biz_type,
+        job_id=job.job_id,
+        second=second,
+        due_at=job.due_at,
+        next_attempt_at=job.next_attempt_at,
+        attempt=job.attempts + 1,
+        claim=job.claim,
+    )
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+def outcome(result: Outcome, now_ms: int) -> Change:
+    """The attempt's record, and where the job goes, while it is still dispatched
+    under the claim the attempt was made for: a retry is a new timer, delivered and
+    dead are final. An outcome for another claim changes nothing."""
+    claim_token = result.ref.claim
+    if result.kind == OutcomeKind.RETRY:
+        assert result.next_attempt_at is not None
+        sets: dict[str, Any] = {
+            "state": JobState.PENDING,
+            "next_attempt_at": result.next_attempt_at,
+            "claim": None,
+        }
+    elif result.kind == OutcomeKind.DELIVERED:
+        sets = {"state": JobState.DELIVERED, "next_attempt_at": None, "claim": None}
+        sets["delivered_at"] = now_ms
+    else:
+        sets = {"state": JobState.DEAD, "next_attempt_at": None, "claim": None}
+    sets["updated_at"] = now_ms
+    sets["last_error"] = None if result.kind == OutcomeKind.DELIVERED else result.attempt.error
+    return Change(Guard(_DISPATCHED, claim_token), MappingProxyType(sets), result.attempt)
+
+
+def outcome_after_cancel(result: Outcome, now_ms: int) -> Change:
+    """A job cancelled while its callback was in flight keeps its state and gets the
+    attempt's record (stores record it once, by the attempt's time)."""
+    return Change(
+        Guard(_CANCELLED),
+        MappingProxyType({"last_error": result.attempt.error, "updated_at": now_ms}),
+        result.attempt,
+    )

@@ -1,0 +1,42 @@
+"""In-memory store: the same semantics as the MongoDB adapter, for `dev` without a
+database, unit tests and benchmarks. Ships in the package on purpose (the fake
+lives beside the real adapter and one contract suite keeps it honest).
+"""
+
+from __future__ import annotations
+
+from timer_service.store.memory.biz_types import MemoryBizTypes
+from timer_service.store.memory.dispatch import MemoryDispatch
+from timer_service.store.memory.jobs import MemoryJobs
+from timer_service.store.memory.leases import MemoryLeases
+from timer_service.store.memory.outcomes import MemoryOutcomes
+from timer_service.store.memory.state import MemoryState
+
+
+class MemoryStore:
+    def __init__(self, buckets: int = 60, retention_ms: int = 30 * 86_400_000) -> None:
+        self.buckets = buckets
+        self.retention_ms = retention_ms
+        self.state = MemoryState(buckets)
+        self.biz_types = MemoryBizTypes(self.state)
+        self.jobs = MemoryJobs(self.state)
+        self.dispatch = MemoryDispatch(self.state)
+        self.leases = MemoryLeases(self.state)
+        self.outcomes = MemoryOutcomes(self.state)
+
+    @property
+    def closed(self) -> bool:
+        return self.state.closed
+
+    async def setup(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.state.closed = True
+
+    async def ping(self) -> None:
+        if self.state.closed:
+            raise ConnectionError("store is closed")
+
+
+__all__ = ["MemoryStore"]

@@ -1,0 +1,40 @@
+"""In-memory biz types."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from timer_service.errors import Conflict
+from timer_service.model import ACTIVE_STATES, BizType
+from timer_service.store.memory.state import MemoryState
+
+
+class MemoryBizTypes:
+    def __init__(self, state: MemoryState) -> None:
+        self._s = state
+
+    async def put_biz_type(self, biz: BizType) -> bool:
+        old = self._s.biz.get(biz.biz_type)
+        if old is not None:
+            biz = replace(biz, created_at=old.created_at)
+        self._s.biz[biz.biz_type] = biz
+        return old is None
+
+    async def get_biz_type(self, name: str) -> BizType | None:
+        return self._s.biz.get(name)
+
+    async def get_biz_types(self, names: Sequence[str]) -> dict[str, BizType]:
+        return {n: self._s.biz[n] for n in set(names) if n in self._s.biz}
+
+    async def list_biz_types(self) -> list[BizType]:
+        return [self._s.biz[k] for k in sorted(self._s.biz)]
+
+    async def delete_biz_type(self, name: str) -> bool:
+        if name not in self._s.biz:
+            return False
+        jobs = self._s.jobs.values()
+        if any(j.biz_type == name and j.state in ACTIVE_STATES for j in jobs):
+            raise Conflict(f"biz type {name!r} still has pending or dispatched jobs")
+        del self._s.biz[name]
+        return True

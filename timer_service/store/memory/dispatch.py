@@ -1,0 +1,121 @@
+"""In-memory dispatch: the seconds index, claims and the reconciler's reads."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Collection, Sequence
+
+from timer_service import jobs as machine
+from timer_service.dispatch import Claimed, SecondEntry
+from timer_service.model import Job, JobState
+from timer_service.store.memory.state import MemoryState
+
+WATCH_IDLE_S = 1.0  # how often a watch with nothing to say checks its stop event
+
+
+class MemoryDispatch:
+    def __init__(self, state: MemoryState) -> None:
+        self._s = state
+
+    async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
+        seconds = self._s.sorted_seconds
+        i = bisect.bisect_left(seconds, from_s)
+        out = []
+        for s in seconds[i : i + limit]:
+            if s > to_s:
+                break
+            out.append(SecondEntry(s, self._s.versions[s]))
+        return out
+
+    async def load_second(self, second: int) -> list[tuple[str, int]]:
+        out = []
+        for key in self._s.jobs_in_second.get(second, ()):
+            job = self._s.jobs[key]
+            if job.state == JobState.PENDING and job.next_attempt_at is not None:
+                out.append((key, job.next_attempt_at))
+        return out
+
+    async def claim_due(
+        self, second: int, upto_ms: int, claim: str, fence: int, now_ms: int
+    ) -> list[Claimed]:
+        change = machine.claim(claim, fence, now_ms)
+        claimed = []
+        for key in list(self._s.jobs_in_second.get(second, ())):
+            job = self._s.jobs[key]
+            if machine.claimable(job, upto_ms, fence):
+                changed = self._s.apply(job, change)
+                if changed is not None:
+                    claimed.append(machine.claimed(changed, second))
+        return claimed
+
+    async def mark_published(self, second: int, claim: str) -> None:
+        change = machine.published(claim)
+        for key in self._s.jobs_in_second.get(second, ()):
+            self._s.apply(self._s.jobs[key], change)
+
+    async def release_second(self, entry: SecondEntry) -> bool:
+        version = self._s.versions.get(entry.second)
+        if version is None:
+            return True
+        if version != entry.version:
+            return False
+        del self._s.versions[entry.second]
+        i = bisect.bisect_left(self._s.sorted_seconds, entry.second)
+        del self._s.sorted_seconds[i]
+        return True
+
+    async def find_stale_dispatched(
+        self,
+        claimed_before_ms: int,
+        limit: int,
+        *,
+        published: bool | None = None,
+        skip_biz_types: Collection[str] = (),
+    ) -> list[Job]:
+        skip = set(skip_biz_types)
+        out = []
+        for key in self._s.dispatched:
+            job = self._s.jobs[key]
+            if (
+                job.claimed_at is not None
+                and job.claimed_at < claimed_before_ms
+                and (published is None or job.published == published)
+                and job.biz_type not in skip
+            ):
+                out.append(job)
+        out.sort(key=lambda j: j.claimed_at or 0)
+        return out[:limit]
+
+    async def reclaim(
+        self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
+    ) -> list[Claimed]:
+        out = []
+        for old in jobs:
+            job = self._s.jobs.get(old.key)
+            if job is None or old.claim is None or job.fence > fence:
+                continue
+            changed = self._s.apply(job, machine.reclaim(old.claim, claim, fence, now_ms))
+            if changed is not None and changed.next_attempt_at is not None:
+                out.append(machine.claimed(changed, self._s.second_of_job[job.key]))
+        return out
+
+    async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
+        wanted = set(states)
+        jobs = self._s.jobs.values()
+        return dict(Counter((j.biz_type, j.state) for j in jobs if j.state in wanted))
+
+    async def watch_seconds(  # type: ignore[override]
+        self, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[int]:
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        self._s.watchers.append(queue)
+        stop = stop or asyncio.Event()
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    yield await asyncio.wait_for(queue.get(), WATCH_IDLE_S)
+        finally:
+            self._s.watchers.remove(queue)

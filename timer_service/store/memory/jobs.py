@@ -1,0 +1,85 @@
+"""In-memory jobs for the API: the state machine's changes applied to a dict."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from timer_service import jobs as machine
+from timer_service.errors import Conflict, NotFound
+from timer_service.jobs import CreateResult, CreateStatus, NewJob
+from timer_service.model import Job, JobState, job_key, second_of
+from timer_service.store.memory.state import MemoryState
+
+
+class MemoryJobs:
+    def __init__(self, state: MemoryState) -> None:
+        self._s = state
+
+    async def create_jobs(self, jobs: Sequence[NewJob], now_ms: int) -> list[CreateResult]:
+        results = []
+        for new in jobs:
+            existing = self._s.job(new.biz_type, new.job_id)
+            if existing is not None:
+                results.append(CreateResult(machine.repeat_status(existing, new), existing))
+                continue
+            job = machine.new_job(new, now_ms)
+            self._s.put(job, second_of(new.due_at))
+            results.append(CreateResult(CreateStatus.CREATED, job))
+        return results
+
+    async def get_job(self, biz_type: str, job_id: str) -> Job | None:
+        return self._s.job(biz_type, job_id)
+
+    async def cancel_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
+        job = self._existing(biz_type, job_id)
+        change = machine.cancel(job, now_ms)
+        return job if change is None else self._apply(job, change)
+
+    async def reschedule_job(
+        self, biz_type: str, job_id: str, due_at: int, payload_json: str | None, now_ms: int
+    ) -> Job:
+        job = self._existing(biz_type, job_id)
+        return self._apply(job, machine.reschedule(job, due_at, payload_json, now_ms))
+
+    async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
+        job = self._existing(biz_type, job_id)
+        return self._apply(job, machine.replay(job, now_ms))
+
+    async def list_jobs(
+        self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
+    ) -> tuple[list[Job], str | None]:
+        keys = sorted(self._s.jobs)
+        start = bisect.bisect_right(keys, cursor) if cursor else 0
+        if biz_type is not None:
+            start = max(start, bisect.bisect_left(keys, biz_type + "/"))
+        items: list[Job] = []
+        last: str | None = None
+        for key in keys[start:]:
+            job = self._s.jobs[key]
+            if biz_type is not None and job.biz_type != biz_type:
+                break
+            last = key
+            if state is None or job.state == state:
+                items.append(job)
+                if len(items) == limit:
+                    break
+        more = False
+        if last is not None:
+            following = bisect.bisect_right(keys, last)
+            more = following < len(keys)
+            if more and biz_type is not None:
+                more = keys[following].startswith(biz_type + "/")
+        return items, (last if more and len(items) == limit else None)
+
+    def _existing(self, biz_type: str, job_id: str) -> Job:
+        job = self._s.jobs.get(job_key(biz_type, job_id))
+        if job is None:
+            raise NotFound(f"no job {job_id!r} of biz type {biz_type!r}")
+        return job
+
+    def _apply(self, job: Job, change: machine.Change) -> Job:
+        changed = self._s.apply(job, change)
+        if changed is None:  # cannot happen without an await in between; kept honest
+            raise Conflict("the job changed meanwhile; try again")
+        return changed

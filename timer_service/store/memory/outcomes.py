@@ -1,0 +1,34 @@
+"""In-memory outcomes: the pre-send check and the attempts' results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from timer_service import jobs as machine
+from timer_service.dispatch import Outcome, SendRef
+from timer_service.model import Job, JobState, job_key
+from timer_service.store.memory.state import MemoryState
+
+
+class MemoryOutcomes:
+    def __init__(self, state: MemoryState) -> None:
+        self._s = state
+
+    async def fetch_for_send(self, refs: Sequence[SendRef]) -> dict[str, Job]:
+        out = {}
+        for ref in refs:
+            job = self._s.jobs.get(job_key(ref.biz_type, ref.job_id))
+            if job is not None and job.state == JobState.DISPATCHED and job.claim == ref.claim:
+                out[job.key] = job
+        return out
+
+    async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
+        for result in outcomes:
+            job = self._s.job(result.ref.biz_type, result.ref.job_id)
+            if job is None:
+                continue
+            if self._s.apply(job, machine.outcome(result, now_ms)) is not None:
+                continue
+            if any(a.at == result.attempt.at for a in job.history):
+                continue  # recorded already (a retried write)
+            self._s.apply(job, machine.outcome_after_cancel(result, now_ms))

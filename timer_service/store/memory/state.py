@@ -1,0 +1,85 @@
+"""The in-memory store's data, shared by its ports, and how a `Change` is applied.
+
+Every port method runs without awaiting in the middle, so each call is atomic
+on the event loop, as one MongoDB round trip is for one document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from dataclasses import dataclass, field
+
+from timer_service.jobs import Change
+from timer_service.model import BizType, Job, JobState, job_key
+
+
+@dataclass(slots=True)
+class Lease:
+    holder: str
+    token: int
+    expires_at: int
+
+
+@dataclass(slots=True)
+class MemoryState:
+    buckets: int
+    jobs: dict[str, Job] = field(default_factory=dict)
+    second_of_job: dict[str, int] = field(default_factory=dict)
+    jobs_in_second: dict[int, dict[str, None]] = field(default_factory=dict)
+    versions: dict[int, int] = field(default_factory=dict)  # the non-empty seconds index
+    sorted_seconds: list[int] = field(default_factory=list)
+    dispatched: dict[str, None] = field(default_factory=dict)
+    biz: dict[str, BizType] = field(default_factory=dict)
+    leases: dict[str, Lease] = field(default_factory=dict)
+    pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    brokers: dict[str, tuple[frozenset[str], int]] = field(default_factory=dict)
+    watchers: list[asyncio.Queue[int]] = field(default_factory=list)
+    closed: bool = False
+
+    def job(self, biz_type: str, job_id: str) -> Job | None:
+        return self.jobs.get(job_key(biz_type, job_id))
+
+    def apply(self, job: Job, change: Change) -> Job | None:
+        """Apply `change` if its guard holds; the changed job, or None."""
+        if not change.guard.holds(job):
+            return None
+        changed = change.apply(job)
+        second = change.next_second
+        if second is None:
+            self.set(changed)
+        else:
+            self.put(changed, second)
+        return changed
+
+    def set(self, job: Job) -> None:
+        """Replace a job in place (same second)."""
+        self.jobs[job.key] = job
+        if job.state == JobState.DISPATCHED:
+            self.dispatched[job.key] = None
+        else:
+            self.dispatched.pop(job.key, None)
+
+    def put(self, job: Job, second: int) -> None:
+        """Write a job into `second`, then bump that second's entry (the order matters)."""
+        key = job.key
+        old_second = self.second_of_job.get(key)
+        if old_second is not None and old_second != second:
+            jobs = self.jobs_in_second[old_second]
+            jobs.pop(key, None)
+            if not jobs:
+                del self.jobs_in_second[old_second]
+        self.set(job)
+        self.second_of_job[key] = second
+        self.jobs_in_second.setdefault(second, {})[key] = None
+        self.bump(second)
+
+    def bump(self, second: int) -> None:
+        version = self.versions.get(second)
+        if version is None:
+            bisect.insort(self.sorted_seconds, second)
+            self.versions[second] = 1
+        else:
+            self.versions[second] = version + 1
+        for queue in self.watchers:
+            queue.put_nowait(second)

@@ -1,0 +1,83 @@
+"""MongoDB store (PyMongo's native asyncio API): one client, one `Layout`, a port
+per caller role. The layout is described in `timer_service.store.mongo.layout`."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from pymongo import ASCENDING, AsyncMongoClient
+from pymongo.errors import OperationFailure
+
+from timer_service.store.mongo.biz_types import MongoBizTypes
+from timer_service.store.mongo.dispatch import MongoDispatch
+from timer_service.store.mongo.jobs import MongoJobs
+from timer_service.store.mongo.layout import Doc, Layout
+from timer_service.store.mongo.leases import MongoLeases
+from timer_service.store.mongo.moves import Mover
+from timer_service.store.mongo.outcomes import MongoOutcomes
+
+
+class MongoStore:
+    def __init__(
+        self,
+        url: str,
+        db_name: str,
+        *,
+        buckets: int = 60,
+        retention_ms: int = 30 * 86_400_000,
+        client: AsyncMongoClient[Doc] | None = None,
+    ) -> None:
+        self.buckets = buckets
+        self.retention_ms = retention_ms
+        self._client: AsyncMongoClient[Doc] = client or AsyncMongoClient(
+            # No store call may wait forever: a reply that never comes turns into an
+            # error the caller retries (the default is to wait without limit).
+            url,
+            tz_aware=True,
+            serverSelectionTimeoutMS=5000,
+            socketTimeoutMS=60_000,
+        )
+        self.layout = Layout(self._client, db_name, buckets, retention_ms)
+        mover = Mover(self.layout)
+        self.biz_types = MongoBizTypes(self.layout)
+        self.jobs = MongoJobs(self.layout, mover)
+        self.dispatch = MongoDispatch(self.layout)
+        self.leases = MongoLeases(self.layout)
+        self.outcomes = MongoOutcomes(self.layout, mover)
+
+    @property
+    def database(self) -> Any:
+        """The database handle, for adapters that keep their own collections beside it."""
+        return self.layout.db
+
+    async def setup(self) -> None:
+        layout = self.layout
+        await layout.locator.create_index("expire_at", expireAfterSeconds=0)
+        await layout.locator.create_index([("biz_type", ASCENDING), ("_id", ASCENDING)])
+        await layout.brokers.create_index("expires_at")
+        for coll in layout.buckets:
+            await coll.create_index(
+                [("second", ASCENDING), ("state", ASCENDING), ("next_attempt_at", ASCENDING)]
+            )
+            await coll.create_index([("state", ASCENDING), ("claimed_at", ASCENDING)])
+            # Lists a biz type's jobs in a state in key order; its prefix serves the
+            # delete-biz-type check. Replaces (biz_type, state) of releases before.
+            await coll.create_index(
+                [("biz_type", ASCENDING), ("state", ASCENDING), ("_id", ASCENDING)]
+            )
+            with contextlib.suppress(OperationFailure):
+                await coll.drop_index("biz_type_1_state_1")
+            await coll.create_index("expire_at", expireAfterSeconds=0)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def ping(self) -> None:
+        await self.layout.db.command("ping")
+
+    async def drop_database(self) -> None:
+        await self._client.drop_database(self.layout.db.name)
+
+
+__all__ = ["MongoStore"]

@@ -1,0 +1,49 @@
+"""MongoDB biz types."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from pymongo import ASCENDING
+
+from timer_service.errors import Conflict
+from timer_service.model import ACTIVE_STATES, BizType
+from timer_service.store.mongo.layout import Layout
+
+
+class MongoBizTypes:
+    def __init__(self, layout: Layout) -> None:
+        self._l = layout
+
+    async def put_biz_type(self, biz: BizType) -> bool:
+        doc = biz.to_doc()
+        created_at = doc.pop("created_at")
+        result = await self._l.biz.update_one(
+            {"_id": biz.biz_type},
+            {"$set": doc, "$setOnInsert": {"created_at": created_at}},
+            upsert=True,
+        )
+        return result.upserted_id is not None
+
+    async def get_biz_type(self, name: str) -> BizType | None:
+        doc = await self._l.biz.find_one({"_id": name})
+        return BizType.from_doc(doc) if doc else None
+
+    async def get_biz_types(self, names: Sequence[str]) -> dict[str, BizType]:
+        found = await self._l.biz.find({"_id": {"$in": list(set(names))}}).to_list(None)
+        return {d["_id"]: BizType.from_doc(d) for d in found}
+
+    async def list_biz_types(self) -> list[BizType]:
+        docs = await self._l.biz.find({}).sort("_id", ASCENDING).to_list(None)
+        return [BizType.from_doc(d) for d in docs]
+
+    async def delete_biz_type(self, name: str) -> bool:
+        if await self._l.biz.find_one({"_id": name}, {"_id": 1}) is None:
+            return False
+        active = {"biz_type": name, "state": {"$in": sorted(s.value for s in ACTIVE_STATES)}}
+        found = await asyncio.gather(*(c.find_one(active, {"_id": 1}) for c in self._l.buckets))
+        if any(found):
+            raise Conflict(f"biz type {name!r} still has pending or dispatched jobs")
+        result = await self._l.biz.delete_one({"_id": name})
+        return result.deleted_count == 1

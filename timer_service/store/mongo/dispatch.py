@@ -1,0 +1,149 @@
+"""MongoDB dispatch: the seconds index, claims as conditional range updates, and
+the reconciler's reads."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any
+
+from pymongo import ASCENDING, UpdateOne
+
+from timer_service import jobs as machine
+from timer_service.dispatch import Claimed, SecondEntry
+from timer_service.model import Job, JobState, second_of
+from timer_service.store.mongo.layout import (
+    CLAIM_PROJECTION,
+    Doc,
+    Layout,
+    change_update,
+    doc_to_job,
+    guard_filter,
+)
+
+
+class MongoDispatch:
+    def __init__(self, layout: Layout) -> None:
+        self._l = layout
+
+    async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
+        docs = (
+            await self._l.seconds.find({"_id": {"$gte": from_s, "$lte": to_s}})
+            .sort("_id", ASCENDING)
+            .limit(limit)
+            .to_list(None)
+        )
+        return [SecondEntry(d["_id"], d["v"]) for d in docs]
+
+    async def load_second(self, second: int) -> list[tuple[str, int]]:
+        pending = {"second": second, "state": JobState.PENDING.value}
+        docs = await self._l.bucket(second).find(pending, {"next_attempt_at": 1}).to_list(None)
+        return [(d["_id"], d["next_attempt_at"]) for d in docs]
+
+    async def claim_due(
+        self, second: int, upto_ms: int, claim: str, fence: int, now_ms: int
+    ) -> list[Claimed]:
+        change = machine.claim(claim, fence, now_ms)
+        coll = self._l.bucket(second)
+        # `jobs.claimable` as a query: the guard's state, due by upto_ms, fence not higher.
+        query = {
+            "second": second,
+            **guard_filter(change.guard),
+            "next_attempt_at": {"$lte": upto_ms},
+            "fence": {"$lte": fence},
+        }
+        result = await coll.update_many(query, change_update(change))
+        if result.modified_count == 0:
+            return []
+        docs = await coll.find({"second": second, "claim": claim}, CLAIM_PROJECTION).to_list(None)
+        return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
+
+    async def mark_published(self, second: int, claim: str) -> None:
+        change = machine.published(claim)
+        await self._l.bucket(second).update_many(
+            {"second": second, **guard_filter(change.guard)},
+            change_update(change),
+        )
+
+    async def release_second(self, entry: SecondEntry) -> bool:
+        result = await self._l.seconds.delete_one({"_id": entry.second, "v": entry.version})
+        if result.deleted_count == 1:
+            return True
+        return await self._l.seconds.find_one({"_id": entry.second}, {"_id": 1}) is None
+
+    async def find_stale_dispatched(
+        self,
+        claimed_before_ms: int,
+        limit: int,
+        *,
+        published: bool | None = None,
+        skip_biz_types: Collection[str] = (),
+    ) -> list[Job]:
+        # Served by the (state, claimed_at) index of every bucket.
+        query: Doc = {
+            "state": JobState.DISPATCHED.value,
+            "claimed_at": {"$lt": claimed_before_ms},
+        }
+        if published is not None:
+            query["published"] = True if published else {"$ne": True}
+        if skip_biz_types:
+            query["biz_type"] = {"$nin": sorted(skip_biz_types)}
+        found = await asyncio.gather(
+            *(
+                c.find(query).sort("claimed_at", ASCENDING).limit(limit).to_list(None)
+                for c in self._l.buckets
+            )
+        )
+        jobs = [doc_to_job(d) for docs in found for d in docs]
+        jobs.sort(key=lambda j: j.claimed_at or 0)
+        return jobs[:limit]
+
+    async def reclaim(
+        self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
+    ) -> list[Claimed]:
+        by_bucket: dict[int, list[Job]] = defaultdict(list)
+        for job in jobs:
+            if job.next_attempt_at is not None and job.claim is not None:
+                by_bucket[self._l.bucket_no(second_of(job.next_attempt_at))].append(job)
+        out: list[Claimed] = []
+        for b, items in by_bucket.items():
+            ops = []
+            for j in items:
+                assert j.claim is not None
+                change = machine.reclaim(j.claim, claim, fence, now_ms)
+                query = {"_id": j.key, **guard_filter(change.guard), "fence": {"$lte": fence}}
+                ops.append(UpdateOne(query, change_update(change)))
+            bucket = self._l.buckets[b]
+            await bucket.bulk_write(ops, ordered=False)
+            mine = {"_id": {"$in": [j.key for j in items]}, "claim": claim}
+            docs = await bucket.find(mine, CLAIM_PROJECTION).to_list(None)
+            out.extend(machine.claimed(doc_to_job(d), d["second"]) for d in docs)
+        return out
+
+    async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
+        pipeline: list[dict[str, Any]] = [
+            # Served by the (state, claimed_at) index of every bucket.
+            {"$match": {"state": {"$in": sorted(states)}}},
+            {"$group": {"_id": {"b": "$biz_type", "s": "$state"}, "n": {"$sum": 1}}},
+        ]
+        counts: Counter[tuple[str, JobState]] = Counter()
+        # One bucket after another: a sample must not hold the store up for the hot path.
+        for coll in self._l.buckets:
+            async for row in await coll.aggregate(pipeline):
+                counts[(row["_id"]["b"], JobState(row["_id"]["s"]))] += int(row["n"])
+        return dict(counts)
+
+    async def watch_seconds(  # type: ignore[override]
+        self, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[int]:
+        pipeline = [{"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}}]
+        # Each getMore returns within a second (MongoDB's default await, explicit), so
+        # `stop` is seen between two of them and the stream closes with none pending:
+        # cancelled mid-getMore, closing it waits for SecantusDB's killCursors reply,
+        # which it holds behind the getMore (seen hanging shutdown).
+        async with await self._l.seconds.watch(pipeline, max_await_time_ms=1000) as stream:
+            while stop is None or not stop.is_set():
+                change = await stream.try_next()
+                if change is not None:
+                    yield change["documentKey"]["_id"]

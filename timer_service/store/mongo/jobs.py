@@ -1,0 +1,207 @@
+"""MongoDB jobs for the API: create through the locator, read, and the state
+machine's changes applied as conditional writes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from pymongo import ReturnDocument
+
+from timer_service import jobs as machine
+from timer_service.errors import Conflict, NotFound
+from timer_service.jobs import CreateResult, CreateStatus, NewJob
+from timer_service.model import Job, JobState, job_key, second_of
+from timer_service.store.mongo.layout import (
+    Doc,
+    Layout,
+    change_update,
+    doc_to_job,
+    guard_filter,
+    insert_ignoring_duplicates,
+    job_to_doc,
+    stays_in_bucket,
+)
+from timer_service.store.mongo.listing import list_jobs
+from timer_service.store.mongo.moves import Move, Mover
+
+_MOVE_RETRIES = 5
+
+
+class MongoJobs:
+    def __init__(self, layout: Layout, mover: Mover) -> None:
+        self._l = layout
+        self._mover = mover
+
+    # -- create ------------------------------------------------------------------
+    async def create_jobs(self, jobs: Sequence[NewJob], now_ms: int) -> list[CreateResult]:
+        first: dict[str, NewJob] = {}
+        for new in jobs:
+            first.setdefault(job_key(new.biz_type, new.job_id), new)
+        fresh = {key: machine.new_job(new, now_ms) for key, new in first.items()}
+        locators = [
+            {
+                "_id": key,
+                "biz_type": job.biz_type,
+                "second": second_of(job.due_at),
+                "due_at": job.due_at,
+                "payload_hash": machine.payload_fingerprint(job.payload_json),
+                "expire_at": None,
+            }
+            for key, job in fresh.items()
+        ]
+        taken = await insert_ignoring_duplicates(self._l.locator, locators)
+        created = {k: j for k, j in fresh.items() if k not in taken}
+        await self._write_new_jobs(created.values())
+        final: dict[str, tuple[CreateStatus, Job]] = {
+            k: (CreateStatus.CREATED, j) for k, j in created.items()
+        }
+        if taken:
+            final.update(await self._existing_results({k: first[k] for k in taken}, now_ms))
+        results = []
+        for new in jobs:
+            key = job_key(new.biz_type, new.job_id)
+            status, job = final[key]
+            if new is not first[key]:
+                status = machine.repeat_status(job, new)
+            results.append(CreateResult(status, job))
+        return results
+
+    async def _write_new_jobs(self, jobs: Iterable[Job]) -> None:
+        """Insert job documents by bucket, then bump their seconds (in that order)."""
+        by_bucket: dict[int, list[Doc]] = defaultdict(list)
+        seconds: set[int] = set()
+        for job in jobs:
+            assert job.next_attempt_at is not None
+            s = second_of(job.next_attempt_at)
+            by_bucket[self._l.bucket_no(s)].append(job_to_doc(job, s))
+            seconds.add(s)
+        await asyncio.gather(
+            *(insert_ignoring_duplicates(self._l.buckets[b], docs) for b, docs in by_bucket.items())
+        )
+        await self._l.bump(seconds)
+
+    async def _existing_results(
+        self, news: dict[str, NewJob], now_ms: int
+    ) -> dict[str, tuple[CreateStatus, Job]]:
+        locators = await self._l.locator.find({"_id": {"$in": list(news)}}).to_list(None)
+        docs = await self.read_jobs(locators)
+        out: dict[str, tuple[CreateStatus, Job]] = {}
+        repair: list[Job] = []
+        for loc in locators:
+            key, new = loc["_id"], news[loc["_id"]]
+            if key in docs:
+                job = doc_to_job(docs[key])
+                status = machine.repeat_status(job, new)
+            else:
+                # The first creator has written the locator but not (yet) the job:
+                # it is mid-flight or died. Judge by the locator, and finish its work.
+                status = machine.repeat_status_by_fingerprint(
+                    loc["due_at"], loc["payload_hash"], new
+                )
+                job = machine.new_job(
+                    NewJob(new.biz_type, new.job_id, loc["due_at"], new.payload_json), now_ms
+                )
+                if status == CreateStatus.EXISTS:
+                    repair.append(job)
+            out[key] = (status, job)
+        if repair:
+            await self._write_new_jobs(repair)
+            # Answer with what is stored (the first creator's document), not our copy.
+            stored = await self.read_jobs([loc for loc in locators if loc["_id"] in out])
+            for key, (status, _) in list(out.items()):
+                if key in stored:
+                    out[key] = (status, doc_to_job(stored[key]))
+        return out
+
+    async def read_jobs(self, locators: Sequence[Doc]) -> dict[str, Doc]:
+        by_bucket: dict[int, list[str]] = defaultdict(list)
+        for loc in locators:
+            by_bucket[self._l.bucket_no(loc["second"])].append(loc["_id"])
+        found = await asyncio.gather(
+            *(
+                self._l.buckets[b].find({"_id": {"$in": keys}}).to_list(None)
+                for b, keys in by_bucket.items()
+            )
+        )
+        return {d["_id"]: d for docs in found for d in docs}
+
+    # -- read ----------------------------------------------------------------------
+    async def _locate(self, biz_type: str, job_id: str) -> Doc:
+        """The job document, or NotFound. Re-reads across a concurrent move."""
+        key = job_key(biz_type, job_id)
+        for _ in range(_MOVE_RETRIES):
+            loc = await self._l.locator.find_one({"_id": key})
+            if loc is None:
+                break
+            doc = await self._l.bucket(loc["second"]).find_one({"_id": key})
+            if doc is not None:
+                return doc
+            again = await self._l.locator.find_one({"_id": key})
+            if again is None or again["second"] == loc["second"]:
+                break  # a create that never finished: not an accepted job
+        raise NotFound(f"no job {job_id!r} of biz type {biz_type!r}")
+
+    async def get_job(self, biz_type: str, job_id: str) -> Job | None:
+        try:
+            return doc_to_job(await self._locate(biz_type, job_id))
+        except NotFound:
+            return None
+
+    async def list_jobs(
+        self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
+    ) -> tuple[list[Job], str | None]:
+        return await list_jobs(self._l, self.read_jobs, biz_type, state, limit, cursor)
+
+    # -- changes -------------------------------------------------------------------
+    async def cancel_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
+        for _ in range(_MOVE_RETRIES):
+            doc = await self._locate(biz_type, job_id)
+            job = doc_to_job(doc)
+            change = machine.cancel(job, now_ms)
+            if change is None:
+                return job
+            applied = await self._apply_in_place(doc, change, now_ms)
+            if applied is not None:
+                return applied
+        raise Conflict("the job kept changing; try again")
+
+    async def reschedule_job(
+        self, biz_type: str, job_id: str, due_at: int, payload_json: str | None, now_ms: int
+    ) -> Job:
+        for _ in range(_MOVE_RETRIES):
+            doc = await self._locate(biz_type, job_id)
+            job = doc_to_job(doc)
+            change = machine.reschedule(job, due_at, payload_json, now_ms)
+            moved = change.apply(job)
+            if await self._mover.move_one(Move(doc, moved, guard_filter(change.guard))):
+                return moved
+        raise Conflict("the job kept changing; try again")
+
+    async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
+        for _ in range(_MOVE_RETRIES):
+            doc = await self._locate(biz_type, job_id)
+            job = doc_to_job(doc)
+            change = machine.replay(job, now_ms)
+            moved = change.apply(job)
+            if await self._mover.move_one(Move(doc, moved, guard_filter(change.guard))):
+                return moved
+        raise Conflict("the job kept changing; try again")
+
+    async def _apply_in_place(self, doc: Doc, change: machine.Change, now_ms: int) -> Job | None:
+        """A change that keeps the job in its bucket, under its guard; None if it missed."""
+        assert stays_in_bucket(self._l, doc, change)
+        expire_at = self._l.expire_at(now_ms)
+        updated = await self._l.bucket(doc["second"]).find_one_and_update(
+            {"_id": doc["_id"], **guard_filter(change.guard)},
+            change_update(change, expire_at),
+            return_document=ReturnDocument.AFTER,
+        )
+        if updated is None:
+            return None
+        if change.finishes:
+            await self._l.locator.update_one(
+                {"_id": doc["_id"]}, {"$set": {"expire_at": expire_at}}
+            )
+        return doc_to_job(updated)

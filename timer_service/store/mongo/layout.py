@@ -1,0 +1,190 @@
+"""The MongoDB layout: collections, documents, and a `Change` as a query.
+
+- ``jobs_b{n}``: the job documents whose next fire second ``s`` has
+  ``s % buckets == n``, indexed on (second, state, next_attempt_at). Reading
+  everything due in one second is one index range in one small collection.
+- ``locator``: ``_id = "<biz_type>/<job_id>"`` -> bucket and second. Its unique
+  ``_id`` is what makes create idempotent and lookups O(1).
+- ``seconds``: ``_id = second``, ``v = version``: the ordered index of non-empty
+  seconds. Every write into a second bumps ``v`` after writing the job; the
+  daemon deletes an entry only with the version it read before loading it.
+- Final jobs get ``expire_at`` and a TTL index removes them (and their locator)
+  after the retention period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from pymongo import AsyncMongoClient, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError
+
+from timer_service.constants import (
+    BIZ_TYPES_COLLECTION,
+    BROKERS_COLLECTION,
+    BUCKET_COLLECTION_PREFIX,
+    LEASES_COLLECTION,
+    LOCATOR_COLLECTION,
+    POINTERS_COLLECTION,
+    SECONDS_COLLECTION,
+)
+from timer_service.jobs import Change, Guard
+from timer_service.model import Attempt, Job, JobState, second_of
+
+Doc = dict[str, Any]
+Collection = AsyncCollection[Doc]
+DUPLICATE_KEY = 11000
+
+# Job fields whose document field has another name.
+_DOC_FIELD = {"payload_json": "payload"}
+
+
+class Layout:
+    """The client and every collection of one database, shared by the ports."""
+
+    def __init__(
+        self, client: AsyncMongoClient[Doc], db_name: str, buckets: int, retention_ms: int
+    ) -> None:
+        self.client = client
+        self.buckets_n = buckets
+        self.retention_ms = retention_ms
+        self.db: AsyncDatabase[Doc] = client[db_name]
+        self.locator = self.db[LOCATOR_COLLECTION]
+        self.seconds = self.db[SECONDS_COLLECTION]
+        self.biz = self.db[BIZ_TYPES_COLLECTION]
+        self.leases = self.db[LEASES_COLLECTION]
+        self.pointers = self.db[POINTERS_COLLECTION]
+        self.brokers = self.db[BROKERS_COLLECTION]
+        self.buckets = [self.db[f"{BUCKET_COLLECTION_PREFIX}{n}"] for n in range(buckets)]
+
+    def bucket(self, second: int) -> Collection:
+        return self.buckets[second % self.buckets_n]
+
+    def bucket_no(self, second: int) -> int:
+        return second % self.buckets_n
+
+    def expire_at(self, now_ms: int) -> datetime:
+        return datetime.fromtimestamp((now_ms + self.retention_ms) / 1000, tz=UTC)
+
+    async def bump(self, seconds: Iterable[int], session: Any = None) -> None:
+        """Bump the entries of these seconds (creating them): after the jobs are written."""
+        ops = [UpdateOne({"_id": s}, {"$inc": {"v": 1}}, upsert=True) for s in sorted(seconds)]
+        if ops:
+            await self.seconds.bulk_write(ops, ordered=False, session=session)
+
+
+async def insert_ignoring_duplicates(coll: Collection, docs: list[Doc]) -> set[str]:
+    """Insert all; return the _ids that already existed."""
+    if not docs:
+        return set()
+    try:
+        await coll.insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if any(e.get("code") != DUPLICATE_KEY for e in errors):
+            raise
+        return {docs[e["index"]]["_id"] for e in errors}
+    return set()
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def job_to_doc(job: Job, second: int) -> Doc:
+    return {
+        "_id": job.key,
+        "biz_type": job.biz_type,
+        "job_id": job.job_id,
+        "second": second,
+        "due_at": job.due_at,
+        "payload": job.payload_json,
+        "state": job.state.value,
+        "attempts": job.attempts,
+        "next_attempt_at": job.next_attempt_at,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "delivered_at": job.delivered_at,
+        "last_error": job.last_error,
+        "history": [a.to_dict() for a in job.history],
+        "claim": job.claim,
+        "fence": job.fence,
+        "claimed_at": job.claimed_at,
+        "published": job.published,
+        "budget_base": job.budget_base,
+        "expire_at": None,
+    }
+
+
+def doc_to_job(doc: Doc) -> Job:
+    """A job from its document; a projection without payload or history reads as
+    null payload and no history."""
+    return Job(
+        biz_type=doc["biz_type"],
+        job_id=doc["job_id"],
+        due_at=doc["due_at"],
+        payload_json=doc.get("payload", "null"),
+        state=JobState(doc["state"]),
+        attempts=doc["attempts"],
+        next_attempt_at=doc.get("next_attempt_at"),
+        created_at=doc.get("created_at", 0),
+        updated_at=doc.get("updated_at", 0),
+        delivered_at=doc.get("delivered_at"),
+        last_error=doc.get("last_error"),
+        history=tuple(Attempt.from_dict(a) for a in doc.get("history", ())),
+        claim=doc.get("claim"),
+        fence=doc.get("fence", 0),
+        claimed_at=doc.get("claimed_at"),
+        published=doc.get("published", False),
+        budget_base=doc.get("budget_base", 0),
+    )
+
+
+# Enough of a job to publish it (`jobs.claimed`), without its payload and history.
+CLAIM_PROJECTION = {"payload": 0, "history": 0}
+
+# --------------------------------------------------------------------------- changes
+
+
+def guard_filter(guard: Guard) -> Doc:
+    """The query that matches a job the guard holds for."""
+    states = sorted(s.value for s in guard.states)
+    query: Doc = {"state": states[0] if len(states) == 1 else {"$in": states}}
+    if guard.claim is not None:
+        query["claim"] = guard.claim
+    return query
+
+
+def change_update(change: Change, expire_at: datetime | None = None) -> Doc:
+    """The update that applies `change` in place (the job stays in its bucket); a
+    change that finishes the job needs the end of its retention."""
+    sets = {_DOC_FIELD.get(name, name): _doc_value(v) for name, v in change.sets.items()}
+    second = change.next_second
+    if second is not None:
+        sets["second"] = second
+    if change.finishes:
+        assert expire_at is not None
+        sets["expire_at"] = expire_at
+    update: Doc = {"$set": sets}
+    if change.attempt is not None:
+        update["$inc"] = {"attempts": 1}
+        update["$push"] = {"history": change.attempt.to_dict()}
+    return update
+
+
+def _doc_value(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def stays_in_bucket(layout: Layout, doc: Doc, change: Change) -> bool:
+    second = change.next_second
+    return second is None or layout.bucket_no(second) == layout.bucket_no(doc["second"])
+
+
+def next_second_of(job: Job) -> int:
+    assert job.next_attempt_at is not None
+    return second_of(job.next_attempt_at)

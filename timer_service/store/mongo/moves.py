@@ -1,0 +1,170 @@
+"""Moving jobs between buckets: one transaction per group, then the seconds bumped.
+
+A job that changes its next fire second (reschedule, retry, replay) may change
+bucket. Within one bucket it is an in-place conditional update; across buckets
+a multi-document transaction deletes it from the old bucket, inserts it into
+the new one and repoints the locator. Production MongoDB is a replica set
+(change streams need it), so transactions are available.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo import UpdateOne
+
+from timer_service.jobs import payload_fingerprint
+from timer_service.model import Job
+from timer_service.store.mongo.layout import Doc, Layout, job_to_doc, next_second_of
+
+_MOVE_CHUNK = 100  # jobs per bucket-moving transaction
+_MOVE_TIMEOUT_S = 30.0  # a move that long is retried by the caller, not waited on
+
+
+class _GroupChanged(Exception):
+    """A job of a move group no longer matched; the transaction is aborted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Rewrite `old` as `job` (in the bucket of its next second) if `old` still
+    matches `expect`."""
+
+    old: Doc
+    job: Job
+    expect: Doc
+
+
+class Mover:
+    def __init__(self, layout: Layout) -> None:
+        self._l = layout
+        self._lock = asyncio.Lock()
+
+    async def move_one(self, move: Move) -> bool:
+        """Apply one move, then bump its second. False when `old` changed meanwhile."""
+        return bool(await self.move_many([move]))
+
+    async def move_many(self, moves: Sequence[Move]) -> list[str]:
+        """Apply moves (in place when the bucket is the same), then bump their seconds;
+        returns the keys moved. A job that no longer matches its `expect` is skipped."""
+        layout = self._l
+        in_place: dict[int, list[Move]] = defaultdict(list)
+        across: list[Move] = []
+        for move in moves:
+            old_b = layout.bucket_no(move.old["second"])
+            if layout.bucket_no(next_second_of(move.job)) == old_b:
+                in_place[old_b].append(move)
+            else:
+                across.append(move)
+        moved: list[str] = []
+        for b, items in in_place.items():
+            moved.extend(await self._rewrite_in_place(b, items))
+        if across:
+            moved.extend(await self._move_across(across))
+        await layout.bump({next_second_of(m.job) for m in moves})
+        return moved
+
+    async def _rewrite_in_place(self, b: int, items: Sequence[Move]) -> list[str]:
+        ops = []
+        for m in items:
+            doc = job_to_doc(m.job, next_second_of(m.job))
+            doc.pop("_id")
+            ops.append(UpdateOne({"_id": m.old["_id"], **m.expect}, {"$set": doc}))
+        bucket = self._l.buckets[b]
+        result = await bucket.bulk_write(ops, ordered=False)
+        if result.modified_count == len(ops):
+            return [m.old["_id"] for m in items]
+        # Find which went through.
+        keys = [m.old["_id"] for m in items]
+        by_key = {d["_id"]: d for d in await bucket.find({"_id": {"$in": keys}}).to_list(None)}
+        moved = []
+        for m in items:
+            d = by_key.get(m.old["_id"])
+            if (
+                d is not None
+                and d.get("updated_at") == m.job.updated_at
+                and d.get("next_attempt_at") == m.job.next_attempt_at
+            ):
+                moved.append(m.old["_id"])
+        return moved
+
+    async def _move_across(self, moves: Sequence[Move]) -> list[str]:
+        """Move jobs to other buckets: one transaction per (old bucket, new bucket) group
+        of at most `_MOVE_CHUNK` jobs, one transaction at a time per process.
+
+        Each transaction writes every collection once (a delete_many in the old bucket,
+        an insert_many in the new one, one locator bulk write). That is three statements
+        however many jobs move, and no transaction ever goes back to a collection it
+        has written: SecantusDB deadlocks when a transaction waits for a collection
+        that a plain update_many holds while retrying a write conflict against that
+        same transaction (seen as the whole store freezing on a burst of retries).
+        A group whose delete misses a job (cancelled or moved meanwhile) is redone job
+        by job, so that only the changed jobs are left where they are."""
+        layout = self._l
+        groups: dict[tuple[int, int], list[Move]] = defaultdict(list)
+        for m in moves:
+            key = (layout.bucket_no(m.old["second"]), layout.bucket_no(next_second_of(m.job)))
+            groups[key].append(m)
+        moved: list[str] = []
+        async with self._lock:
+            for items in groups.values():
+                for start in range(0, len(items), _MOVE_CHUNK):
+                    chunk = items[start : start + _MOVE_CHUNK]
+                    if await self._move_group(chunk):
+                        moved.extend(m.old["_id"] for m in chunk)
+                        continue
+                    if len(chunk) == 1:
+                        continue  # that one job changed: nothing to redo
+                    for m in chunk:
+                        if await self._move_group([m]):
+                            moved.append(m.old["_id"])
+        return moved
+
+    async def _move_group(self, moves: Sequence[Move]) -> bool:
+        """Apply all of `moves` (one old bucket, one new bucket) in one transaction, or
+        none of them: False when one no longer matches its `expect`."""
+        layout = self._l
+        old_bucket = layout.bucket(moves[0].old["second"])
+        keys = [m.old["_id"] for m in moves]
+        expects = {repr(sorted(m.expect.items())) for m in moves}
+        if len(expects) == 1:
+            matching = {"_id": {"$in": keys}, **moves[0].expect}
+        else:
+            matching = {"$or": [{"_id": m.old["_id"], **m.expect} for m in moves]}
+        docs, loc_ops = [], []
+        for m in moves:
+            job = m.job
+            s = next_second_of(job)
+            docs.append(job_to_doc(job, s))
+            loc_ops.append(
+                UpdateOne(
+                    {"_id": m.old["_id"]},
+                    {
+                        "$set": {
+                            "second": s,
+                            "due_at": job.due_at,
+                            "expire_at": None,
+                            "payload_hash": payload_fingerprint(job.payload_json),
+                        }
+                    },
+                )
+            )
+        new_bucket = layout.bucket(docs[0]["second"])
+
+        async def move(session: Any) -> None:
+            deleted = await old_bucket.delete_many(matching, session=session)
+            if deleted.deleted_count != len(keys):
+                raise _GroupChanged()  # with_transaction aborts, then re-raises it
+            await new_bucket.insert_many(docs, session=session)
+            await layout.locator.bulk_write(loc_ops, session=session)
+
+        try:
+            async with layout.client.start_session() as session:
+                await asyncio.wait_for(session.with_transaction(move), _MOVE_TIMEOUT_S)
+        except _GroupChanged:
+            return False
+        return True

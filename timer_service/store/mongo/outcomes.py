@@ -1,0 +1,151 @@
+"""MongoDB outcomes: the batched pre-send check, and each attempt's result written
+as the state machine says, in bulk."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+
+from pymongo import UpdateOne
+
+from timer_service import jobs as machine
+from timer_service.dispatch import Outcome, SendRef
+from timer_service.model import Job, JobState, job_key
+from timer_service.store.mongo.layout import (
+    Doc,
+    Layout,
+    change_update,
+    doc_to_job,
+    guard_filter,
+)
+from timer_service.store.mongo.moves import Move, Mover
+
+
+class MongoOutcomes:
+    def __init__(self, layout: Layout, mover: Mover) -> None:
+        self._l = layout
+        self._mover = mover
+
+    async def fetch_for_send(self, refs: Sequence[SendRef]) -> dict[str, Job]:
+        by_bucket: dict[int, dict[str, SendRef]] = defaultdict(dict)
+        for ref in refs:
+            by_bucket[self._l.bucket_no(ref.second)][job_key(ref.biz_type, ref.job_id)] = ref
+        dispatched = JobState.DISPATCHED.value
+        found = await asyncio.gather(
+            *(
+                self._l.buckets[b]
+                .find({"_id": {"$in": list(keyed)}, "state": dispatched})
+                .to_list(None)
+                for b, keyed in by_bucket.items()
+            )
+        )
+        out = {}
+        for (_, keyed), docs in zip(by_bucket.items(), found, strict=True):
+            for doc in docs:
+                if doc.get("claim") == keyed[doc["_id"]].claim:
+                    out[doc["_id"]] = doc_to_job(doc)
+        return out
+
+    async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
+        """Outcomes that keep the job in its bucket (delivered, dead, a retry into the
+        same bucket) are blind conditional updates, one bulk write per bucket; a retry
+        into another bucket is read and moved. An update that missed means the job
+        was cancelled meanwhile (or the outcome is stale): looked for only then."""
+        layout = self._l
+        expire_at = layout.expire_at(now_ms)
+        in_place: dict[int, list[tuple[Outcome, machine.Change]]] = defaultdict(list)
+        moving: list[tuple[Outcome, machine.Change]] = []
+        for o in outcomes:
+            change = machine.outcome(o, now_ms)
+            second = change.next_second
+            b = layout.bucket_no(o.ref.second)
+            if second is None or layout.bucket_no(second) == b:
+                in_place[b].append((o, change))
+            else:
+                moving.append((o, change))
+        buckets = list(in_place)
+        results = await asyncio.gather(
+            *(
+                layout.buckets[b].bulk_write(
+                    [
+                        UpdateOne(
+                            {"_id": _key(o), **guard_filter(c.guard)},
+                            change_update(c, expire_at),
+                        )
+                        for o, c in in_place[b]
+                    ],
+                    ordered=False,
+                )
+                for b in buckets
+            )
+        )
+        finished = [
+            UpdateOne({"_id": _key(o)}, {"$set": {"expire_at": expire_at}})
+            for items in in_place.values()
+            for o, c in items
+            if c.finishes
+        ]
+        if finished:
+            await layout.locator.bulk_write(finished, ordered=False)
+        missed = [
+            o
+            for b, result in zip(buckets, results, strict=True)
+            if result.modified_count < len(in_place[b])
+            for o, _ in in_place[b]
+        ]
+        if moving:
+            missed.extend(await self._move_retries(moving))
+        if missed:
+            await self._record_after_cancel(missed, now_ms)
+
+    async def _move_retries(
+        self, moving: Sequence[tuple[Outcome, machine.Change]]
+    ) -> list[Outcome]:
+        """Move retried jobs to their new bucket; returns the outcomes whose job was
+        no longer dispatched under their claim."""
+        by_bucket: dict[int, list[str]] = defaultdict(list)
+        for o, _ in moving:
+            by_bucket[self._l.bucket_no(o.ref.second)].append(_key(o))
+        found = await asyncio.gather(
+            *(
+                self._l.buckets[b].find({"_id": {"$in": keys}}).to_list(None)
+                for b, keys in by_bucket.items()
+            )
+        )
+        docs: dict[str, Doc] = {d["_id"]: d for ds in found for d in ds}
+        moves, missed = [], []
+        for o, change in moving:
+            doc = docs.get(_key(o))
+            if doc is None:
+                continue
+            job = doc_to_job(doc)
+            if change.guard.holds(job):
+                moves.append(Move(doc, change.apply(job), guard_filter(change.guard)))
+            else:
+                missed.append(o)
+        if moves:
+            tried = {m.old["_id"] for m in moves}
+            moved = set(await self._mover.move_many(moves))
+            missed.extend(o for o, _ in moving if _key(o) in tried and _key(o) not in moved)
+        return missed
+
+    async def _record_after_cancel(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
+        """`jobs.outcome_after_cancel`, at most once per attempt (by its time)."""
+        by_bucket: dict[int, list[UpdateOne]] = defaultdict(list)
+        for o in outcomes:
+            change = machine.outcome_after_cancel(o, now_ms)
+            query = {
+                "_id": _key(o),
+                **guard_filter(change.guard),
+                "history.at": {"$ne": o.attempt.at},
+            }
+            by_bucket[self._l.bucket_no(o.ref.second)].append(
+                UpdateOne(query, change_update(change))
+            )
+        for b, ops in by_bucket.items():
+            await self._l.buckets[b].bulk_write(ops, ordered=False)
+
+
+def _key(o: Outcome) -> str:
+    return job_key(o.ref.biz_type, o.ref.job_id)

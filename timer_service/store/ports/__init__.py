@@ -1,0 +1,1 @@
+"""The store's ports, one per caller role; `timer_service.store.base.Store` bundles them."""

@@ -1,0 +1,77 @@
+"""The scan daemon's dispatch: the non-empty-seconds index, claims, the reconciler.
+
+- A job lives in bucket ``second_of(next_attempt_at) % buckets``; its ``second``
+  is the second it fires in next.
+- The seconds index holds one entry per non-empty second with a version that
+  every write into that second bumps *after* the job is written. The daemon
+  removes an entry only if its version is still the one it read before loading
+  the second (``release_second``), so a job added meanwhile is never missed.
+- A claim moves pending jobs to dispatched under a claim token and the claiming
+  daemon's fencing token (`jobs.claim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Protocol
+
+from timer_service.dispatch import Claimed, SecondEntry
+from timer_service.model import Job, JobState
+
+
+class DispatchPort(Protocol):
+    async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
+        """Non-empty seconds in [from_s, to_s], oldest first. Never touches empty ones."""
+        ...
+
+    async def load_second(self, second: int) -> list[tuple[str, int]]:
+        """(job key, next_attempt_at) of the pending jobs in `second`."""
+        ...
+
+    async def claim_due(
+        self, second: int, upto_ms: int, claim: str, fence: int, now_ms: int
+    ) -> list[Claimed]:
+        """`jobs.claim` for the jobs of `second` that `jobs.claimable` admits,
+        conditional and batched; returns what this call claimed."""
+        ...
+
+    async def mark_published(self, second: int, claim: str) -> None:
+        """`jobs.published`: the claim's messages were confirmed by the queue."""
+        ...
+
+    async def release_second(self, entry: SecondEntry) -> bool:
+        """Delete the seconds entry if its version is unchanged; False if it moved on."""
+        ...
+
+    async def find_stale_dispatched(
+        self,
+        claimed_before_ms: int,
+        limit: int,
+        *,
+        published: bool | None = None,
+        skip_biz_types: Collection[str] = (),
+    ) -> list[Job]:
+        """Dispatched jobs claimed before the given time, oldest claim first (the
+        reconciler's input). `published` keeps only jobs whose message the queue did
+        (True) or did not (False) confirm; `skip_biz_types` leaves those out, so that a
+        page is never filled with jobs the caller would pass over."""
+        ...
+
+    async def reclaim(
+        self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
+    ) -> list[Claimed]:
+        """`jobs.reclaim` of still-dispatched jobs (same old claim); returns those moved."""
+        ...
+
+    async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
+        """How many jobs each biz type has in each of `states`; pairs with none are left
+        out. Reads every such job once: meant for an occasional sample (the leading
+        daemon's gauges), not a hot path."""
+        ...
+
+    def watch_seconds(self, stop: asyncio.Event | None = None) -> AsyncIterator[int]:
+        """Seconds whose entry was created or bumped, as they happen; ends within about
+        a second once `stop` is set (cancelling it instead may wait on the store). May
+        raise if the backend cannot watch; the caller falls back to polling."""
+        ...

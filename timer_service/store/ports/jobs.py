@@ -1,0 +1,43 @@
+"""The API's jobs: create, read, list, and the operator's changes.
+
+Every change goes through the state machine (`timer_service.jobs`): the adapter
+reads the job, asks the machine for the `Change`, and applies it under its guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from timer_service.jobs import CreateResult, NewJob
+from timer_service.model import Job, JobState
+
+
+class JobsPort(Protocol):
+    async def create_jobs(self, jobs: Sequence[NewJob], now_ms: int) -> list[CreateResult]:
+        """Create in request order with bulk writes; a repeated identity later in the
+        list is compared with the earlier one. Concurrent creates of one identity
+        leave exactly one job."""
+        ...
+
+    async def get_job(self, biz_type: str, job_id: str) -> Job | None: ...
+
+    async def cancel_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
+        """`jobs.cancel`. NotFound; Conflict if final."""
+        ...
+
+    async def reschedule_job(
+        self, biz_type: str, job_id: str, due_at: int, payload_json: str | None, now_ms: int
+    ) -> Job:
+        """`jobs.reschedule`. NotFound; Conflict unless pending."""
+        ...
+
+    async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
+        """`jobs.replay`. NotFound; Conflict unless dead."""
+        ...
+
+    async def list_jobs(
+        self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
+    ) -> tuple[list[Job], str | None]:
+        """Jobs in identity order after `cursor`; the next cursor or None at the end."""
+        ...
