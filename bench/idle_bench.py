@@ -24,7 +24,6 @@ import os
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -37,27 +36,9 @@ from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
+from timer_service.store.recording import recording
 
 YEAR_MS = 365 * 86_400_000
-
-
-class CountingStore:
-    """Counts every coroutine call made to the wrapped store, by method name."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not callable(attr) or name.startswith("_") or name == "watch_seconds":
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return attr(*args, **kwargs)
-
-        return counted
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -97,16 +78,16 @@ async def measure(
     store: Any, jobs: int, duration_s: float, server_pid: int | None
 ) -> dict[str, Any]:
     park_s = await park(store, jobs)
-    counting = CountingStore(store)
+    counting = recording(store)
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     daemon = Daemon(settings, counting, MemoryQueue(), Metrics(), SystemClock())
     await daemon.start()
     while not daemon.is_leader:
         await asyncio.sleep(0.01)
     await asyncio.sleep(2)  # takeover: catch-up check, first window scan, first sweep
-    counting.calls.clear()
+    counting.ops.clear()
     wall, cpu, server = await costs(asyncio.sleep(duration_s), server_pid)
-    calls = dict(counting.calls)
+    calls = {k: v for k, v in counting.ops.items() if k != "watch_seconds"}
     loaded = daemon.scanner.loaded_jobs
     # One timer_jobs_by_state sample (every TIMER_STATS_INTERVAL_S while leading): it
     # reads every open job, so its cost is reported on its own.

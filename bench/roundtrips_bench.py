@@ -36,13 +36,14 @@ from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.memory import MemoryQueue  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
 from timer_service.store.mongo import MongoStore  # noqa: E402
+from timer_service.store.recording import recording  # noqa: E402
 
 
 async def run(jobs: int, seconds: int) -> None:
     server = SecantusServer()
     server.start()
     receiver, port = start_receiver()
-    store = MongoStore(server.url, f"rt{uuid.uuid4().hex[:8]}", buckets=60)
+    store = recording(MongoStore(server.url, f"rt{uuid.uuid4().hex[:8]}", buckets=60))
     await store.setup()
     clock = SystemClock()
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
