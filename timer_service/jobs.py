@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from timer_service.dispatch import Claimed, Outcome, OutcomeKind
-from timer_service.errors import Conflict
+from timer_service.errors import Conflict, InvalidInput, PayloadTooLarge
 from timer_service.model import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -34,6 +34,7 @@ from timer_service.model import (
     Job,
     JobState,
     canonical_json,
+    encode_payload,
     same_payload,
     second_of,
 )
@@ -63,6 +64,37 @@ class CreateStatus(StrEnum):
 class CreateResult:
     status: CreateStatus
     job: Job
+
+
+def resolve_due(due_at: int | None, delay_ms: int | None, now_ms: int, horizon_ms: int) -> int:
+    """The due time from exactly one of an absolute time and a delay from now (the
+    server's clock); never beyond the horizon. A time in the past fires at once."""
+    if (due_at is None) == (delay_ms is None):
+        which = "both" if due_at is not None else "neither"
+        raise InvalidInput(
+            f"exactly one of due_at and delay_ms is required ({which} given)", ("due_at",)
+        )
+    field_name = "due_at" if due_at is not None else "delay_ms"
+    due = due_at if due_at is not None else now_ms + (delay_ms or 0)
+    if due > now_ms + horizon_ms:
+        days = horizon_ms // 86_400_000
+        raise InvalidInput(f"is beyond the horizon of {days} days from now", (field_name,))
+    return due
+
+
+def payload_json_within(payload: object, max_bytes: int) -> str:
+    """The payload's stored JSON text. InvalidInput for a value JSON cannot carry
+    (a lone surrogate, a non-finite number); PayloadTooLarge over the limit."""
+    try:
+        text = encode_payload(payload)
+        size = len(text) if text.isascii() else len(text.encode())
+    except UnicodeEncodeError:  # "\ud800" is valid JSON text but no UTF-8 string
+        raise InvalidInput("must not hold a lone surrogate (\\ud800-\\udfff)") from None
+    except ValueError:  # a number too large for a double (1e400) decodes to inf
+        raise InvalidInput("must hold only finite numbers") from None
+    if size > max_bytes:
+        raise PayloadTooLarge(f"The payload is {size} bytes encoded; the limit is {max_bytes}.")
+    return text
 
 
 def new_job(new: NewJob, now_ms: int) -> Job:

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 from timer_service.clock import Clock
 from timer_service.dispatch import Claimed
-from timer_service.errors import Conflict, NotFound
+from timer_service.errors import Conflict, InvalidInput, NotFound
 from timer_service.jobs import CreateStatus, NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import JobState, same_payload
+from timer_service.registration import Registrar
 from timer_service.schedule_store import ScheduleStore
 from timer_service.schedules import (
     LATE_GRACE_MS,
@@ -60,10 +61,16 @@ class PutResult:
 
 class Scheduler:
     def __init__(
-        self, schedules: ScheduleStore, jobs: JobsPort, metrics: Metrics, clock: Clock
+        self,
+        schedules: ScheduleStore,
+        jobs: JobsPort,
+        metrics: Metrics,
+        clock: Clock,
+        registrar: Registrar | None = None,
     ) -> None:
         self.schedules = schedules
         self.jobs = jobs
+        self.registrar = registrar or Registrar(jobs, metrics)
         self.metrics = metrics
         self.clock = clock
 
@@ -193,7 +200,7 @@ class Scheduler:
                 await self._cancel_pending(s.biz_type, s.job_id(nxt), now)
 
     async def _create(self, items: Sequence[tuple[Schedule, int]], now: int) -> None:
-        await self.jobs.create_jobs(
+        await self.registrar.register(
             [NewJob(s.biz_type, s.job_id(occ), occ, s.spec.payload_json) for s, occ in items],
             now,
         )
@@ -206,7 +213,8 @@ class Scheduler:
             if occ is None:
                 return schedule
             new = NewJob(schedule.biz_type, schedule.job_id(occ), occ, schedule.spec.payload_json)
-            [result] = await self.jobs.create_jobs([new], now)
+            [result] = await self.registrar.register([new], now)
+            assert not isinstance(result, InvalidInput)  # biz types are checked at PUT
             job = result.job
             if result.status is CreateStatus.CREATED:
                 return schedule

@@ -10,7 +10,8 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from timer_service.api.problems import Loc, Problem, summarize
-from timer_service.model import encode_payload
+from timer_service.errors import InvalidInput, PayloadTooLarge
+from timer_service.jobs import payload_json_within
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -59,14 +60,11 @@ def validate(model: type[M], data: Any, loc: Loc = BODY) -> M:
 
 
 def encode_checked(payload: Any, max_bytes: int, loc: Loc) -> str:
-    """The payload's stored JSON text; 413 when its encoding is over the limit."""
+    """The payload's stored JSON text (`jobs.payload_json_within`) as the API answers
+    it: 422 at `loc`, or 413."""
     try:
-        text = encode_payload(payload)
-        size = len(text) if text.isascii() else len(text.encode())
-    except UnicodeEncodeError:  # "\ud800" is valid JSON text but no UTF-8 string
-        raise Problem.invalid(loc, "must not hold a lone surrogate (\\ud800-\\udfff)") from None
-    except ValueError:  # a number too large for a double (1e400) decodes to inf
-        raise Problem.invalid(loc, "must hold only finite numbers") from None
-    if size > max_bytes:
-        raise Problem(413, f"The payload is {size} bytes encoded; the limit is {max_bytes}.")
-    return text
+        return payload_json_within(payload, max_bytes)
+    except InvalidInput as exc:
+        raise Problem.invalid(loc, str(exc)) from None
+    except PayloadTooLarge as exc:
+        raise Problem(413, str(exc)) from None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
+from timer_service.registration import Registrar
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 
@@ -17,7 +19,7 @@ JobsWritten = Callable[[Sequence[int]], None]
 ReadyCheck = Callable[[], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ApiContext:
     settings: Settings
     store: Store
@@ -25,6 +27,15 @@ class ApiContext:
     clock: Clock
     on_jobs_written: JobsWritten | None = None
     ready_checks: Sequence[ReadyCheck] = ()
+
+    @cached_property
+    def registrar(self) -> Registrar:
+        return Registrar(
+            self.store.jobs,
+            self.metrics,
+            biz_types=self.store.biz_types,
+            on_jobs_written=self.on_jobs_written,
+        )
 
     def jobs_written(self, seconds: Sequence[int]) -> None:
         """Tell whoever listens (the in-process daemon of `dev`) which seconds got jobs;

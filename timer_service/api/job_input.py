@@ -6,9 +6,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from timer_service import jobs as machine
 from timer_service.api.bodies import BODY, encode_checked, validate
 from timer_service.api.problems import Loc, Problem
 from timer_service.api.schemas import JobCreateIn, JobPatchIn
+from timer_service.errors import InvalidInput
 from timer_service.jobs import NewJob
 
 
@@ -21,20 +23,11 @@ class Limits:
 def resolve_due(
     due_at: int | None, delay_ms: int | None, now_ms: int, limits: Limits, loc: Loc
 ) -> int:
-    """The due time in epoch ms from exactly one of due_at and delay_ms."""
-    if (due_at is None) == (delay_ms is None):
-        which = "both" if due_at is not None else "neither"
-        raise Problem(
-            422,
-            f"Give exactly one of due_at and delay_ms ({which} given).",
-            [{"loc": [*loc, "due_at"], "msg": "exactly one of due_at and delay_ms is required"}],
-        )
-    field = "due_at" if due_at is not None else "delay_ms"
-    due = due_at if due_at is not None else now_ms + (delay_ms or 0)
-    if due > now_ms + limits.horizon_ms:
-        days = limits.horizon_ms // 86_400_000
-        raise Problem.invalid([*loc, field], f"is beyond the horizon of {days} days from now")
-    return due
+    """`jobs.resolve_due`, its refusal a 422 at the field it names under `loc`."""
+    try:
+        return machine.resolve_due(due_at, delay_ms, now_ms, limits.horizon_ms)
+    except InvalidInput as exc:
+        raise Problem.invalid([*loc, *exc.loc], str(exc)) from None
 
 
 def new_job(data: Any, now_ms: int, limits: Limits, loc: Loc = BODY) -> NewJob:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -29,7 +28,7 @@ from timer_service.constants import (
     MAX_LIST_LIMIT,
 )
 from timer_service.errors import InvalidInput
-from timer_service.jobs import CreateResult, CreateStatus, NewJob
+from timer_service.jobs import CreateStatus, NewJob
 from timer_service.model import Job, JobState
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
@@ -52,17 +51,7 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
     limits = Limits(ctx.settings.max_payload_bytes, ctx.settings.horizon_ms)
     store, clock = ctx.store, ctx.clock
 
-    async def unknown_biz_types(names: set[str]) -> set[str]:
-        known = await store.biz_types.get_biz_types(sorted(names))
-        return names - known.keys()
-
-    def created(results: list[CreateResult]) -> None:
-        fresh = [r.job for r in results if r.status is CreateStatus.CREATED]
-        if not fresh:
-            return
-        for biz_type, count in Counter(job.biz_type for job in fresh).items():
-            ctx.metrics.job_created(biz_type, count)
-        ctx.jobs_written(sorted({(job.next_attempt_at or job.due_at) // 1000 for job in fresh}))
+    registrar = ctx.registrar
 
     @router.post(
         "/jobs",
@@ -79,10 +68,9 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
         data = await read_json(request)
         now = clock.now_ms()
         job = new_job(data, now, limits)
-        if await unknown_biz_types({job.biz_type}):
-            raise Problem.invalid([*BODY, "biz_type"], f"unknown biz type {job.biz_type!r}")
-        [result] = await store.jobs.create_jobs([job], now)
-        created([result])
+        [result] = await registrar.register([job], now)
+        if isinstance(result, InvalidInput):
+            raise Problem.invalid([*BODY, *result.loc], str(result))
         status = _STATUS[result.status]
         if status == 409:
             raise Problem(409, _CONFLICT_DETAIL)
@@ -108,23 +96,17 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
                 accepted.append((i, new_job(item, now, limits, (*BODY, "jobs", i))))
             except Problem as problem:
                 results[i] = {"status": problem.status, "error": problem.body()}
-        unknown = await unknown_biz_types({job.biz_type for _, job in accepted})
-        if unknown:
-            for i, job in accepted:
-                if job.biz_type in unknown:
-                    loc = (*BODY, "jobs", i, "biz_type")
-                    error = Problem.invalid(loc, f"unknown biz type {job.biz_type!r}")
-                    results[i] = {"status": 422, "error": error.body()}
-            accepted = [(i, job) for i, job in accepted if job.biz_type not in unknown]
-        if accepted:
-            written = await store.jobs.create_jobs([job for _, job in accepted], now)
-            created(written)
-            for (i, _), result in zip(accepted, written, strict=True):
-                status = _STATUS[result.status]
-                if status == 409:
-                    results[i] = {"status": 409, "error": Problem(409, _CONFLICT_DETAIL).body()}
-                else:
-                    results[i] = {"status": status, "job": result.job.to_public()}
+        written = await registrar.register([job for _, job in accepted], now)
+        for (i, _), result in zip(accepted, written, strict=True):
+            if isinstance(result, InvalidInput):
+                error = Problem.invalid((*BODY, "jobs", i, *result.loc), str(result))
+                results[i] = {"status": 422, "error": error.body()}
+                continue
+            status = _STATUS[result.status]
+            if status == 409:
+                results[i] = {"status": 409, "error": Problem(409, _CONFLICT_DETAIL).body()}
+            else:
+                results[i] = {"status": status, "job": result.job.to_public()}
         return JSONResponse({"results": results})
 
     @router.get(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from urllib.parse import parse_qs, urlsplit
 
 import aio_pika
@@ -15,6 +17,7 @@ from aio_pika.abc import (
     AbstractRobustConnection,
     AbstractRobustExchange,
 )
+from aio_pika.exceptions import ChannelInvalidStateError
 
 from timer_service.dispatch import Claimed
 from timer_service.queue.base import Handler, decode, encode
@@ -39,15 +42,27 @@ class AmqpDelivery:
         self._message = message
         self.job = decode(message.body)
         self.redelivered = bool(message.redelivered)
+        self._settled = False
 
     async def ack(self) -> None:
-        await self._message.ack()
+        await self._settle(self._message.ack)
 
     async def requeue(self) -> None:
-        await self._message.nack(requeue=True)
+        await self._settle(partial(self._message.nack, requeue=True))
 
     async def drop(self) -> None:
-        await self._message.reject(requeue=False)
+        await self._settle(partial(self._message.reject, requeue=False))
+
+    async def _settle(self, settle: Callable[[], Awaitable[None]]) -> None:
+        # A fate is decided once, as in the in-process queue: a second settle is a
+        # no-op, not an error. Once the channel is closed (consumer cancelled,
+        # connection lost) the server has already taken the message back, so a late
+        # settle has nothing left to decide either.
+        if self._settled:
+            return
+        self._settled = True
+        with contextlib.suppress(ChannelInvalidStateError):
+            await settle()
 
 
 class AmqpConsumer:
@@ -55,12 +70,18 @@ class AmqpConsumer:
         self._channel = channel
         self._queue = queue
         self._tag = tag
+        self._cancelled = False
 
     async def cancel(self) -> None:
+        if self._cancelled:
+            return
+        self._cancelled = True
         try:
-            await self._queue.cancel(self._tag)
+            if not self._channel.is_closed:  # closed with the connection: nothing to cancel
+                await self._queue.cancel(self._tag)
         finally:
-            # Closing the channel hands every unacked message back to the queue.
+            # Closing the channel hands every unacked message back to the queue (and
+            # keeps a robust channel from restoring the consumer after a reconnect).
             await self._channel.close()
 
 
@@ -101,6 +122,16 @@ class AmqpQueue:
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
+        # Channels die with their connection; a later connect() starts afresh.
+        self._publish_channel = None
+        self._exchange = None
+        self._biz_exchanges.clear()
+        self._declared.clear()
+
+    def _connected(self) -> AbstractRobustConnection:
+        if self._connection is None:
+            raise ConnectionError("RabbitMQ queue is closed")
+        return self._connection
 
     async def ping(self) -> None:
         if self._connection is None or self._connection.is_closed:
@@ -114,25 +145,27 @@ class AmqpQueue:
         async with self._declare_lock:
             if biz_type in self._declared:
                 return
-            assert self._publish_channel is not None and self._exchange is not None
-            queue = await self._publish_channel.declare_queue(
+            channel, exchange = self._publish_channel, self._exchange
+            if channel is None or exchange is None:
+                raise ConnectionError("RabbitMQ queue is closed")
+            queue = await channel.declare_queue(
                 queue_name(self._prefix, biz_type), durable=True, arguments=QUEUE_ARGUMENTS
             )
-            await queue.bind(self._exchange, routing_key=biz_type)
+            await queue.bind(exchange, routing_key=biz_type)
             self._declared.add(biz_type)
 
     async def _exchange_for(self, biz_type: str) -> AbstractRobustExchange:
         exchange = self._biz_exchanges.get(biz_type)
         if exchange is None:
-            assert self._connection is not None
             await self.ensure_biz(biz_type)
-            channel = await self._connection.channel(publisher_confirms=True)
+            channel = await self._connected().channel(publisher_confirms=True)
             exchange = await channel.get_exchange(exchange_name(self._prefix), ensure=False)  # type: ignore[assignment]
             assert exchange is not None
             self._biz_exchanges[biz_type] = exchange
         return exchange
 
     async def publish(self, jobs: Sequence[Claimed]) -> None:
+        self._connected()
         exchanges = {b: await self._exchange_for(b) for b in {job.biz_type for job in jobs}}
         # Pipelined confirms: every publish is in flight at once, then all are awaited.
         results = await asyncio.gather(
@@ -157,9 +190,8 @@ class AmqpQueue:
             )
 
     async def consume(self, biz_type: str, handler: Handler, prefetch: int) -> AmqpConsumer:
-        assert self._connection is not None
         await self.ensure_biz(biz_type)
-        channel: AbstractRobustChannel = await self._connection.channel()  # type: ignore[assignment]
+        channel: AbstractRobustChannel = await self._connected().channel()  # type: ignore[assignment]
         await channel.set_qos(prefetch_count=prefetch)
         queue = await channel.declare_queue(
             queue_name(self._prefix, biz_type), durable=True, arguments=QUEUE_ARGUMENTS
@@ -178,12 +210,15 @@ class AmqpQueue:
         return AmqpConsumer(channel, queue, tag)
 
     async def queue_depth(self, biz_type: str) -> int | None:
-        assert self._publish_channel is not None
+        if self._connection is None:
+            return None
         try:
-            queue = await self._publish_channel.get_queue(
-                queue_name(self._prefix, biz_type), ensure=True
-            )
-            result = await queue.declare()  # passive: returns counts
-            return int(result.message_count or 0)
+            # A passive declare of a missing queue makes the server close its channel
+            # (404): on the shared publish channel that failed every declare and publish
+            # until it was restored. A throwaway plain channel takes the hit instead.
+            name = queue_name(self._prefix, biz_type)
+            async with aio_pika.Channel(self._connection, publisher_confirms=False) as channel:
+                queue = await channel.declare_queue(name, passive=True)
+                return int(queue.declaration_result.message_count or 0)
         except Exception:
             return None

@@ -1,24 +1,28 @@
 """In-process dispatch queue for `timer-service dev` and unit tests.
 
-Same delivery semantics as the RabbitMQ adapter within one process: per biz
-type FIFO, one consumer, manual ack, requeue on reject or cancel.
+Same delivery semantics as the RabbitMQ adapter within one process, held to it by
+tests/contract/test_queue_contract.py: per biz type FIFO, single active consumer,
+manual ack with a prefetch cap, each delivery handled in its own task (a handler
+that awaits or raises holds back nothing), requeue on reject, cancel or close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
 from timer_service.dispatch import Claimed
 from timer_service.queue.base import Handler, decode, encode
 
+log = logging.getLogger(__name__)
+
 
 class MemoryDelivery:
-    def __init__(self, queue: MemoryQueue, biz_type: str, body: bytes, redelivered: bool) -> None:
-        self._queue = queue
-        self._biz_type = biz_type
+    def __init__(self, consumer: MemoryConsumer, body: bytes, redelivered: bool) -> None:
+        self._consumer = consumer
         self._body = body
         self.job = decode(body)
         self.redelivered = redelivered
@@ -29,7 +33,9 @@ class MemoryDelivery:
 
     async def requeue(self) -> None:
         if self._settle():
-            self._queue._put(self._biz_type, self._body, redelivered=True, front=True)
+            self._consumer.queue._put(
+                self._consumer.biz_type, self._body, redelivered=True, front=True
+            )
 
     async def drop(self) -> None:
         self._settle()
@@ -38,58 +44,118 @@ class MemoryDelivery:
         if self.settled:
             return False
         self.settled = True
-        self._queue._unacked[self._biz_type].discard(self)
-        self._queue._slots[self._biz_type].release()
+        self._consumer._settled(self)
         return True
 
 
 class MemoryConsumer:
-    def __init__(self, queue: MemoryQueue, biz_type: str, task: asyncio.Task[None]) -> None:
-        self._queue = queue
-        self._biz_type = biz_type
-        self._task = task
+    def __init__(self, queue: MemoryQueue, biz_type: str, handler: Handler, prefetch: int) -> None:
+        self.queue = queue
+        self.biz_type = biz_type
+        self._handler = handler
+        self._slots = asyncio.Semaphore(prefetch)
+        self._unacked: dict[MemoryDelivery, None] = {}  # in delivery order
+        self._handling: set[asyncio.Task[None]] = set()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._cancelled = False
+
+    def activate(self) -> None:
+        self._pump_task = asyncio.create_task(self._pump(), name=f"mq-consume-{self.biz_type}")
 
     async def cancel(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        for delivery in list(self._queue._unacked[self._biz_type]):
+        if self._cancelled:
+            return
+        self._cancelled = True
+        current = asyncio.current_task()  # a handler may cancel its own consumer
+        running = (self._pump_task, *self._handling)
+        tasks = [t for t in running if t is not None and t is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        # Back in delivery order, ahead of what was never delivered.
+        for delivery in reversed(list(self._unacked)):
             await delivery.requeue()
+        self.queue._consumer_gone(self)
+
+    def _settled(self, delivery: MemoryDelivery) -> None:
+        del self._unacked[delivery]
+        self._slots.release()
+
+    async def _pump(self) -> None:
+        ready = self.queue._ready[self.biz_type]
+        while True:
+            await self._slots.acquire()
+            body, redelivered = await ready.get()
+            delivery = MemoryDelivery(self, body, redelivered)
+            self._unacked[delivery] = None
+            task = asyncio.create_task(self._handle(delivery))
+            self._handling.add(task)
+            task.add_done_callback(self._handling.discard)
+
+    async def _handle(self, delivery: MemoryDelivery) -> None:
+        try:
+            await self._handler(delivery)
+        except Exception:  # as aio-pika: logged, the message stays unacked
+            log.exception("consumer handler failed", extra={"biz_type": self.biz_type})
 
 
 class MemoryQueue:
     def __init__(self) -> None:
         self._ready: dict[str, asyncio.Queue[tuple[bytes, bool]]] = defaultdict(asyncio.Queue)
-        self._unacked: dict[str, set[MemoryDelivery]] = defaultdict(set)
-        self._slots: dict[str, asyncio.Semaphore] = {}
+        # Per biz type in registration order; the first is the single active one.
+        self._consumers: dict[str, list[MemoryConsumer]] = defaultdict(list)
+        self._closed = False
         self.published: list[Claimed] = []  # what was asked of it, for tests
         self.record = False
 
     async def connect(self) -> None:
-        return None
+        self._closed = False
 
     async def close(self) -> None:
-        return None
+        # As a closed connection: consumers stop and their unacked messages go back.
+        self._closed = True
+        for consumers in list(self._consumers.values()):
+            for consumer in list(consumers):
+                await consumer.cancel()
 
     async def ping(self) -> None:
-        return None
+        self._check_open()
 
     async def ensure_biz(self, biz_type: str) -> None:
         self._ready[biz_type]
 
     async def publish(self, jobs: Sequence[Claimed]) -> None:
+        self._check_open()
         for job in jobs:
             if self.record:
                 self.published.append(job)
             self._put(job.biz_type, encode(job), redelivered=False)
 
     async def consume(self, biz_type: str, handler: Handler, prefetch: int) -> MemoryConsumer:
-        self._slots[biz_type] = asyncio.Semaphore(prefetch)
-        task = asyncio.create_task(self._pump(biz_type, handler), name=f"mq-consume-{biz_type}")
-        return MemoryConsumer(self, biz_type, task)
+        self._check_open()
+        consumer = MemoryConsumer(self, biz_type, handler, prefetch)
+        consumers = self._consumers[biz_type]
+        consumers.append(consumer)
+        if len(consumers) == 1:
+            consumer.activate()
+        return consumer
 
     async def queue_depth(self, biz_type: str) -> int | None:
-        return self._ready[biz_type].qsize()
+        ready = self._ready.get(biz_type)  # no queue was ever declared: unknown, as RabbitMQ
+        return None if ready is None else ready.qsize()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectionError("the in-process queue is closed")
+
+    def _consumer_gone(self, consumer: MemoryConsumer) -> None:
+        consumers = self._consumers[consumer.biz_type]
+        was_active = consumers[0] is consumer
+        consumers.remove(consumer)
+        if was_active and consumers:
+            consumers[0].activate()
 
     def _put(self, biz_type: str, body: bytes, *, redelivered: bool, front: bool = False) -> None:
         q = self._ready[biz_type]
@@ -100,13 +166,3 @@ class MemoryQueue:
             q._wakeup_next(q._getters)  # type: ignore[attr-defined]
         else:
             q.put_nowait((body, redelivered))
-
-    async def _pump(self, biz_type: str, handler: Handler) -> None:
-        q = self._ready[biz_type]
-        slots = self._slots[biz_type]
-        while True:
-            await slots.acquire()
-            body, redelivered = await q.get()
-            delivery = MemoryDelivery(self, biz_type, body, redelivered)
-            self._unacked[biz_type].add(delivery)
-            await handler(delivery)

@@ -1,0 +1,76 @@
+"""Registering jobs: the one way a job comes to exist, for the API and the scheduler.
+
+It refuses jobs of unknown biz types, creates the rest in one bulk store call,
+counts what was created (`timer_jobs_created_total`) and tells the listener
+(the in-process daemon of `dev`) which seconds got jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from timer_service.errors import InvalidInput
+from timer_service.jobs import CreateResult, CreateStatus, NewJob
+from timer_service.metrics import Metrics
+from timer_service.model import second_of
+from timer_service.store.ports.biz_types import BizTypesPort
+from timer_service.store.ports.jobs import JobsPort
+
+log = logging.getLogger(__name__)
+
+JobsWritten = Callable[[Sequence[int]], None]
+
+
+class Registrar:
+    def __init__(
+        self,
+        jobs: JobsPort,
+        metrics: Metrics,
+        *,
+        biz_types: BizTypesPort | None = None,
+        on_jobs_written: JobsWritten | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self._metrics = metrics
+        self._biz_types = biz_types
+        self._on_jobs_written = on_jobs_written
+
+    async def register(
+        self, news: Sequence[NewJob], now_ms: int
+    ) -> list[CreateResult | InvalidInput]:
+        """One result per request, in order: created, existing or conflicting, or the
+        error that refused it (an unknown biz type, when biz types are checked)."""
+        results: list[CreateResult | InvalidInput | None] = [None] * len(news)
+        unknown: set[str] = set()
+        if self._biz_types is not None and news:
+            names = {new.biz_type for new in news}
+            known = await self._biz_types.get_biz_types(sorted(names))
+            unknown = names - known.keys()
+        accepted = []
+        for i, new in enumerate(news):
+            if new.biz_type in unknown:
+                results[i] = InvalidInput(f"unknown biz type {new.biz_type!r}", ("biz_type",))
+            else:
+                accepted.append(i)
+        if accepted:
+            written = await self.jobs.create_jobs([news[i] for i in accepted], now_ms)
+            for i, result in zip(accepted, written, strict=True):
+                results[i] = result
+            self._created(written)
+        return [r for r in results if r is not None]
+
+    def _created(self, results: Sequence[CreateResult]) -> None:
+        fresh = [r.job for r in results if r.status is CreateStatus.CREATED]
+        if not fresh:
+            return
+        for biz_type, count in Counter(job.biz_type for job in fresh).items():
+            self._metrics.job_created(biz_type, count)
+        if self._on_jobs_written is None:
+            return
+        seconds = sorted({second_of(job.next_attempt_at or job.due_at) for job in fresh})
+        try:
+            self._on_jobs_written(seconds)
+        except Exception:  # the write is done; a failing listener never fails it
+            log.exception("on_jobs_written listener failed")
