@@ -9,7 +9,7 @@ broker's (plus its in-process store in the memory case).
     .venv/bin/python bench/callback_bench.py --store memory --jobs 20000 --runs 3
     .venv/bin/python bench/callback_bench.py --store secantus --jobs 5000 --runs 3
 
-Prints callbacks/s and broker CPU µs per callback, medians of the runs. DESIGN
+Prints callbacks/s and broker CPU µs per callback, medians of the runs. The design
 target: >= 3,000 callbacks/s in memory.
 """
 

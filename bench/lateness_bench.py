@@ -31,7 +31,7 @@ which stops its event loop.
     .venv/bin/python bench/lateness_bench.py --store all --seconds 3 --runs 1
     .venv/bin/python bench/lateness_bench.py serve --port 8998              # the receiver alone
 
-DESIGN targets: in memory at 500 jobs/s p50 <= 2 ms, p99 <= 5 ms, none early;
+Targets (bench/README.md): in memory at 500 jobs/s p50 <= 2 ms, p99 <= 5 ms, none early;
 on SecantusDB at 100 jobs/s p99 <= 50 ms, none early.
 """
 

@@ -6,7 +6,7 @@ reports jobs/s and the API process's CPU time per job (utime + stime from /proc)
 
     .venv/bin/python bench/register_bench.py [--runs 3] [--single 4000] [--batches 20]
 
-Targets (DESIGN.md, in-memory store): single >= 1,500 jobs/s, batch >= 20,000 jobs/s.
+Targets (bench/README.md, in-memory store): single >= 1,500 jobs/s, batch >= 20,000 jobs/s.
 The load generator shares the machine's cores with the API: its own CPU per job is
 printed too, so one can see when it, not the API, bounds the figure.
 """

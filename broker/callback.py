@@ -1,4 +1,4 @@
-"""The callback protocol (CONTRACT "Callback protocol"), pure: request, verdict, backoff.
+"""The callback protocol (docs/api.md, "Callback protocol"), pure: request, verdict, backoff.
 
 No I/O here: the sender does the HTTP, this module says what to send and what
 the answer means for the job.

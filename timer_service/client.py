@@ -1,4 +1,4 @@
-"""Python SDK of the timer service REST API (CONTRACT.md): typed models, one error per status.
+"""Python SDK of the timer service REST API (docs/api.md): typed models, one error per status.
 
 Transport failures (connect errors, timeouts, 502/503/504) are retried with backoff only
 where a repeat is safe: GET, PUT, DELETE and job creation, which always carries a `job_id`
@@ -349,7 +349,7 @@ def _params(**values: str | int | None) -> dict[str, str | int]:
 
 
 class _Calls:
-    """The endpoints of CONTRACT.md as request descriptions, shared by both clients."""
+    """The endpoints of docs/api.md as request descriptions, shared by both clients."""
 
     @staticmethod
     def put_biz_type(biz_type: str, config: Mapping[str, Any]) -> _Call[BizTypeConfig]:

@@ -30,7 +30,7 @@ MAX_BATCH_ITEMS = 1000
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 100
 
-# CONTRACT: the service may claim a job up to 2 s before its next_attempt_at.
+# docs/api.md, "Jobs": the service may claim a job up to 2 s before its next_attempt_at.
 MAX_CLAIM_AHEAD_MS = 2000
 
 DEFAULT_RETRY = {
@@ -40,7 +40,7 @@ DEFAULT_RETRY = {
     "multiplier": 2.0,
 }
 
-# Histogram buckets fine enough to read 1 ms .. 60 s (CONTRACT "Metrics").
+# Histogram buckets fine enough to read 1 ms .. 60 s (docs/operations.md, "Metrics").
 LATENCY_BUCKETS_S = (
     0.0005,
     0.001,

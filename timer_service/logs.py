@@ -14,7 +14,7 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()) |
     "taskName",
 }
 
-# Never logged, whatever a caller passes (CONTRACT: no secrets, tokens or payloads).
+# Never logged, whatever a caller passes (no secrets, tokens or payloads).
 _REDACTED = {"payload", "signing_secret", "token", "api_token", "authorization", "secret"}
 
 

@@ -1,4 +1,4 @@
-"""The receiving end of a callback (CONTRACT "Callback protocol"): check it, then read it.
+"""The receiving end of a callback (docs/api.md, "Callback protocol"): check it, then read it.
 
 verifier = CallbackVerifier(["new-secret", "old-secret"])
 
@@ -88,7 +88,7 @@ def _parse(body: bytes, idempotency_key: str | None) -> Callback:
         doc = json.loads(body)
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
-        # Always sent (CONTRACT); derived the same way when a proxy dropped it.
+        # Always sent (docs/api.md); derived the same way when a proxy dropped it.
         key = idempotency_key or f"{doc.get('biz_type')}:{doc.get('job_id')}"
         return Callback.model_validate({**doc, "idempotency_key": key})
     except ValueError as exc:  # pydantic's ValidationError is a ValueError

@@ -1,4 +1,4 @@
-"""The callback signature (CONTRACT "Callback protocol"), shared by sender and receiver."""
+"""The callback signature (docs/api.md, "Callback protocol"), shared by sender and receiver."""
 
 from __future__ import annotations
 

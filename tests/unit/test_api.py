@@ -1,4 +1,4 @@
-"""The REST API over the in-memory store: every endpoint and status of CONTRACT.md."""
+"""The REST API over the in-memory store: every endpoint and status of docs/api.md."""
 
 from __future__ import annotations
 

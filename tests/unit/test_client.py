@@ -1,4 +1,4 @@
-"""The SDK clients against an httpx.MockTransport playing the server's side of CONTRACT.md."""
+"""The SDK clients against an httpx.MockTransport playing the server's side of docs/api.md."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every metric the PrometheusRule and the Grafana dashboard query is one that
 `timer_service.metrics.Metrics` really exports; every setting the ConfigMap,
 the Secret and the Deployments set is one `timer_service.settings.Settings`
-(or CONTRACT.md) knows, with a value it accepts; every Deployment has probes,
+(or docs/operations.md) knows, with a value it accepts; every Deployment has probes,
 resources and a locked-down security context. The base is rendered with
 `kubectl kustomize` when kubectl is on PATH, else by `render_builtin` below
 (the subset of kustomize the base uses); with kubectl both run and must agree.
@@ -31,9 +31,9 @@ from timer_service.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "k8s" / "base"
 DASHBOARD = BASE / "grafana-dashboard.json"
-CONTRACT_CANDIDATES = (ROOT / "CONTRACT.md", ROOT.parent / "shared" / "CONTRACT.md")
+SETTINGS_DOCS = (ROOT / "docs" / "operations.md",)
 
-# CONTRACT.md, "Metrics": what the dashboard must show at the least.
+# docs/operations.md, "Metrics": what the dashboard must show at the least.
 CONTRACT_METRICS = (
     "timer_jobs_created_total",
     "timer_jobs_dispatched_total",
@@ -369,9 +369,8 @@ def test_broken_rule_document_is_reported(rendered: list[Doc], series: dict) -> 
 
 def known_setting_names() -> set[str]:
     names = {f"TIMER_{field.upper()}" for field in Settings.model_fields}
-    for contract in CONTRACT_CANDIDATES:
-        if contract.is_file():
-            names |= set(re.findall(r"`(TIMER_[A-Z0-9_]+)`", contract.read_text()))
+    for doc in SETTINGS_DOCS:
+        names |= set(re.findall(r"`(TIMER_[A-Z0-9_]+)`", doc.read_text()))
     return names
 
 

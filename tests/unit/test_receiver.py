@@ -1,4 +1,4 @@
-"""Verifying callbacks built exactly as CONTRACT "Callback protocol" says (hmac by hand)."""
+"""Verifying callbacks built exactly as docs/api.md, "Callback protocol", says (hmac by hand)."""
 
 from __future__ import annotations
 
