@@ -130,7 +130,7 @@ class RetryPolicy:
     multiplier: float = DEFAULT_RETRY["multiplier"]
 
     def backoff_ms(self, attempt: int) -> int:
-        """Wait after failed attempt number `attempt` (1-based), per docs/api.md, "Callback protocol"."""
+        """Wait after failed attempt `attempt` (1-based): docs/api.md, "Callback protocol"."""
         try:
             raw = self.initial_backoff_ms * self.multiplier ** (attempt - 1)
         except OverflowError:
