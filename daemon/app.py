@@ -57,7 +57,7 @@ class Daemon:
         self.holder_id = holder_id or default_holder_id()
         claims = ClaimTokens(self.holder_id)
         self.lease = LeaseKeeper(
-            store, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
+            store.leases, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
         )
         self.publisher = Publisher(queue, store, metrics, clock, settings.publish_batch)
         self.schedule_hook = schedule_hook
@@ -65,7 +65,8 @@ class Daemon:
         self._schedules_repaired_ms: int | None = None
         self.scanner = Scanner(
             scan_config or ScanConfig.from_settings(settings),
-            store,
+            store.dispatch,
+            store.leases,
             self.publisher,
             self.lease,
             clock,
@@ -73,7 +74,14 @@ class Daemon:
             claims,
         )
         self.reconciler = Reconciler(
-            store, self.publisher, self.lease, clock, metrics, claims, settings.reconcile_after_ms
+            store.dispatch,
+            store.leases,
+            self.publisher,
+            self.lease,
+            clock,
+            metrics,
+            claims,
+            settings.reconcile_after_ms,
         )
         self._lease_event = asyncio.Event()
         self._watch_wakeup = asyncio.Event()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
-from timer_service.store.base import Store
+from timer_service.store.ports.leases import LeasesPort
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        store: Store,
+        leases: LeasesPort,
         clock: Clock,
         metrics: Metrics,
         holder: str,
@@ -42,7 +42,7 @@ class LeaseKeeper:
         on_change: Callable[[], None] = lambda: None,
         name: str = LEASE_NAME,
     ) -> None:
-        self._store = store
+        self._leases = leases
         self._clock = clock
         self._metrics = metrics
         self.holder = holder
@@ -98,7 +98,7 @@ class LeaseKeeper:
         self._metrics.leader(False)
         self._on_change()
         try:
-            await self._store.leases.release_lease(self._name, self.holder, term.fence)
+            await self._leases.release_lease(self._name, self.holder, term.fence)
             log.info("lease released", extra={"fence": term.fence})
         except Exception as exc:  # it then simply expires
             self._metrics.store_error("release_lease")
@@ -106,9 +106,7 @@ class LeaseKeeper:
 
     async def _try_acquire(self, now: int) -> None:
         try:
-            token = await self._store.leases.acquire_lease(
-                self._name, self.holder, self.ttl_ms, now
-            )
+            token = await self._leases.acquire_lease(self._name, self.holder, self.ttl_ms, now)
         except Exception as exc:  # a standby keeps trying
             self._metrics.store_error("acquire_lease")
             log.warning("lease acquire failed", extra={"error": repr(exc)})
@@ -125,7 +123,7 @@ class LeaseKeeper:
 
     async def _renew(self, now: int, term: Term) -> None:
         try:
-            ok = await self._store.leases.renew_lease(
+            ok = await self._leases.renew_lease(
                 self._name, self.holder, term.fence, self.ttl_ms, now
             )
         except Exception as exc:  # retry soon; the deadline still guards

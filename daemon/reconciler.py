@@ -23,7 +23,8 @@ from daemon.publisher import ClaimTokens, Publisher
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.model import Job
-from timer_service.store.base import Store
+from timer_service.store.ports.dispatch import DispatchPort
+from timer_service.store.ports.leases import LeasesPort
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 class Reconciler:
     def __init__(
         self,
-        store: Store,
+        dispatch: DispatchPort,
+        leases: LeasesPort,
         publisher: Publisher,
         lease: LeaseKeeper,
         clock: Clock,
@@ -41,7 +43,8 @@ class Reconciler:
         page: int = 1000,
         max_pages: int = 10,
     ) -> None:
-        self._store = store
+        self._dispatch = dispatch
+        self._leases = leases
         self._publisher = publisher
         self._lease = lease
         self._clock = clock
@@ -102,7 +105,7 @@ class Reconciler:
         )
         if self._lease.current() != term:
             return total
-        held = await self._store.leases.held_biz_types(self._clock.now_ms())
+        held = await self._leases.held_biz_types(self._clock.now_ms())
         total += await self._republish(
             term, None, lambda job, old_before: True, published=True, skip=held
         )
@@ -121,7 +124,7 @@ class Reconciler:
         for _ in range(self._max_pages):
             now = self._clock.now_ms()
             old_before = now - self.reconcile_after_ms
-            stale = await self._store.dispatch.find_stale_dispatched(
+            stale = await self._dispatch.find_stale_dispatched(
                 claimed_before_ms if claimed_before_ms is not None else old_before,
                 self._page,
                 published=published,
@@ -130,7 +133,7 @@ class Reconciler:
             todo = [job for job in stale if wanted(job, old_before)]
             if not todo or self._lease.current() != term:
                 break
-            claimed = await self._store.dispatch.reclaim(
+            claimed = await self._dispatch.reclaim(
                 todo, self._claims.next(term.fence), term.fence, now
             )
             if claimed:

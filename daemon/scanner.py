@@ -36,7 +36,8 @@ from timer_service.errors import LeaseLost
 from timer_service.metrics import Metrics
 from timer_service.model import second_of
 from timer_service.settings import Settings
-from timer_service.store.base import Store
+from timer_service.store.ports.dispatch import DispatchPort
+from timer_service.store.ports.leases import LeasesPort
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ class Scanner:
     def __init__(
         self,
         config: ScanConfig,
-        store: Store,
+        dispatch: DispatchPort,
+        pointers: LeasesPort,
         publisher: Publisher,
         lease: LeaseKeeper,
         clock: Clock,
@@ -96,7 +98,8 @@ class Scanner:
         claims: ClaimTokens,
     ) -> None:
         self.config = config
-        self._store = store
+        self._dispatch = dispatch
+        self._pointers = pointers
         self._publisher = publisher
         self._lease = lease
         self._clock = clock
@@ -190,7 +193,7 @@ class Scanner:
     async def _scan_window(self, horizon_s: int) -> None:
         """Load the non-empty seconds up to the horizon; learn the next one beyond it."""
         while True:
-            entries = await self._store.dispatch.next_seconds(
+            entries = await self._dispatch.next_seconds(
                 self._scan_from_s, END_OF_TIME_S, self.config.page
             )
             for entry in entries:
@@ -220,7 +223,7 @@ class Scanner:
                 self._start_sweep(held)
                 continue
             try:
-                entries = await self._store.dispatch.next_seconds(second, second, 1)
+                entries = await self._dispatch.next_seconds(second, second, 1)
                 if entries:
                     await self._load(entries[0])
                 else:
@@ -239,7 +242,7 @@ class Scanner:
             ranges = [(0, self._backlog_from_s - 1), (self._backlog_to_s + 1, listed_upto_s)]
         for lo, hi in ranges:
             while lo <= hi:
-                entries = await self._store.dispatch.next_seconds(lo, hi, self.config.page)
+                entries = await self._dispatch.next_seconds(lo, hi, self.config.page)
                 for entry in entries:
                     if self._backlog is not None and entry.second == self._backlog.entry.second:
                         continue
@@ -259,7 +262,7 @@ class Scanner:
 
     async def _load(self, entry: SecondEntry) -> None:
         """Load a second read at `entry.version` and make the wheel match it."""
-        pending = await self._store.dispatch.load_second(entry.second)
+        pending = await self._dispatch.load_second(entry.second)
         held = self._held.get(entry.second)
         if held is None:
             held = self._held[entry.second] = _Held(entry)
@@ -285,7 +288,7 @@ class Scanner:
 
     async def _release(self, held: _Held) -> None:
         second = held.entry.second
-        if await self._store.dispatch.release_second(held.entry):
+        if await self._dispatch.release_second(held.entry):
             self._held.pop(second, None)
         else:
             self._dirty.add(second)  # written into since we read it: read it again
@@ -332,7 +335,7 @@ class Scanner:
             if held is not None and held.sweep is not None and upto >= second * 1000 + 999:
                 # The final round covers the whole second: read its version first,
                 # so a write that lands after this claim makes the release miss.
-                entries = await self._store.dispatch.next_seconds(second, second, 1)
+                entries = await self._dispatch.next_seconds(second, second, 1)
                 swept[second] = entries[0] if entries else None
             claimed.extend(await self._claim(second, upto))
             self._due_seconds.discard(second)
@@ -358,7 +361,7 @@ class Scanner:
     async def _claim(self, second: int, upto_ms: int) -> list[Claimed]:
         term = self._require_term()
         now = self._clock.now_ms()
-        claimed = await self._store.dispatch.claim_due(
+        claimed = await self._dispatch.claim_due(
             second, upto_ms, self._claims.next(term.fence), term.fence, now
         )
         if claimed:
@@ -389,7 +392,7 @@ class Scanner:
             if self._backlog is None:
                 # Finding the next backlog second costs no tokens, so the pointer
                 # (and the lag metric) is right from the first iteration.
-                entries = await self._store.dispatch.next_seconds(
+                entries = await self._dispatch.next_seconds(
                     self._backlog_from_s, self._backlog_to_s, 1
                 )
                 if not entries:
@@ -415,18 +418,18 @@ class Scanner:
                 await self._close_backlog_second(current)
 
     async def _open_backlog_second(self, entry: SecondEntry) -> None:
-        pending = await self._store.dispatch.load_second(entry.second)
+        pending = await self._dispatch.load_second(entry.second)
         self._backlog = _BacklogSecond(entry, sorted(due for _, due in pending))
         self._backlog_from_s = entry.second
 
     async def _close_backlog_second(self, current: _BacklogSecond) -> None:
         second = current.entry.second
-        if await self._store.dispatch.release_second(current.entry):
+        if await self._dispatch.release_second(current.entry):
             self._backlog = None
             self._backlog_from_s = second + 1
             return
         # Written into meanwhile: reread; what is claimed already no longer shows.
-        entries = await self._store.dispatch.next_seconds(second, second, 1)
+        entries = await self._dispatch.next_seconds(second, second, 1)
         if entries:
             await self._open_backlog_second(entries[0])
         else:
@@ -445,7 +448,7 @@ class Scanner:
         if pointer == self._saved_pointer:
             return
         term = self._require_term()
-        if await self._store.leases.save_pointer(POINTER_NAME, pointer, term.fence):
+        if await self._pointers.save_pointer(POINTER_NAME, pointer, term.fence):
             self._saved_pointer = pointer
         else:
             raise LeaseLost("a daemon with a higher fence saved the pointer")
