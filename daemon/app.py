@@ -15,6 +15,7 @@ from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
 from daemon.scanner import ScanConfig, Scanner
 from daemon.schedule_hook import ScheduleHook
+from daemon.sweeper import OverdueSweeper
 from timer_service.clock import Clock, SystemClock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
@@ -83,6 +84,14 @@ class Daemon:
             claims,
             settings.reconcile_after_ms,
         )
+        self.sweeper = OverdueSweeper(
+            store.dispatch,
+            self.lease,
+            clock,
+            metrics,
+            scanner_has=self.scanner.has,
+            nudge=self.scanner.nudge,
+        )
         self._lease_event = asyncio.Event()
         self._watch_wakeup = asyncio.Event()
         self._stop_watch = asyncio.Event()
@@ -109,6 +118,7 @@ class Daemon:
         await self.scanner.run_once()
         await self.publisher.drain()
         await self.reconciler.maybe_run(self.scanner.last_claim_ms)
+        await self.sweeper.maybe_run()
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -237,8 +247,13 @@ class Daemon:
             except Exception as exc:  # next interval tries again
                 self.metrics.store_error("reconcile")
                 log.warning("reconcile failed", extra={"error": repr(exc)})
+            try:
+                await self.sweeper.maybe_run()
+            except Exception as exc:  # next interval tries again
+                self.metrics.store_error("overdue_sweep")
+                log.warning("overdue sweep failed", extra={"error": repr(exc)})
             await self._repair_schedules()
-            wake_ms = self.reconciler.next_sweep_ms()
+            wake_ms = min(self.reconciler.next_sweep_ms(), self.sweeper.next_sweep_ms())
             if not self.lease.is_leader:
                 wake_ms = self.clock.now_ms() + self.settings.lease_ttl_ms
             await self._sleep_until(wake_ms, self._lease_event)

@@ -175,9 +175,9 @@ class Publisher:
         return True
 
     async def _mark_published(self, chunk: Sequence[Claimed]) -> None:
-        for second, claim in dict.fromkeys((job.second, job.claim) for job in chunk):
+        for second, claim, fence in dict.fromkeys((j.second, j.claim, j.fence) for j in chunk):
             try:
-                await self._store.dispatch.mark_published(second, claim)
+                await self._store.dispatch.mark_published(second, claim, fence)
             except Exception as exc:  # only costs a spare republish later
                 self._metrics.store_error("mark_published")
                 log.warning(

@@ -121,6 +121,15 @@ class Scanner:
     def loaded_jobs(self) -> int:
         return len(self._wheel)
 
+    def has(self, second: int) -> bool:
+        """The scanner holds `second`, or will still visit it (catch-up, window)."""
+        return (
+            second in self._held
+            or second >= self._scan_from_s
+            or self._in_unvisited_backlog(second)
+            or (self._backlog is not None and self._backlog.entry.second == second)
+        )
+
     # -- the loop body ----------------------------------------------------------------
     async def run_once(self) -> int:
         """One iteration; returns the wall-clock ms at which it wants to run again."""
@@ -262,7 +271,7 @@ class Scanner:
 
     async def _load(self, entry: SecondEntry) -> None:
         """Load a second read at `entry.version` and make the wheel match it."""
-        pending = await self._dispatch.load_second(entry.second)
+        pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
         held = self._held.get(entry.second)
         if held is None:
             held = self._held[entry.second] = _Held(entry)
@@ -287,11 +296,21 @@ class Scanner:
             await self._release(held)
 
     async def _release(self, held: _Held) -> None:
+        """Drop a second whose jobs are all claimed; if it was written into since it
+        was read (or the release failed), read it again instead."""
         second = held.entry.second
-        if await self._dispatch.release_second(held.entry):
+        fence = self._require_term().fence
+        try:
+            released = await self._dispatch.release_second(held.entry, fence)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.warning("release failed; the second is read again", extra={"error": repr(exc)})
+            released = False
+        if released:
             self._held.pop(second, None)
         else:
-            self._dirty.add(second)  # written into since we read it: read it again
+            self._dirty.add(second)
             self.wake.set()
 
     def _forget(self, second: int) -> None:
@@ -328,23 +347,34 @@ class Scanner:
             return
         upto = now + self.config.claim_ahead_ms
         claimed: list[Claimed] = []
-        claimed_seconds = sorted(self._due_seconds)
+        done: list[int] = []
         swept: dict[int, SecondEntry | None] = {}
-        for second in claimed_seconds:
-            held = self._held.get(second)
-            if held is not None and held.sweep is not None and upto >= second * 1000 + 999:
-                # The final round covers the whole second: read its version first,
-                # so a write that lands after this claim makes the release miss.
-                entries = await self._dispatch.next_seconds(second, second, 1)
-                swept[second] = entries[0] if entries else None
-            claimed.extend(await self._claim(second, upto))
-            self._due_seconds.discard(second)
-        self._last_claim_round_ms = now
-        if claimed:
-            await self._publish(claimed)
-        # Every entry that fired is done now: its job was claimed, or it is no
-        # longer pending at that time (cancelled, moved; a move bumps a second).
-        for second in claimed_seconds:
+        try:
+            for second in sorted(self._due_seconds):
+                held = self._held.get(second)
+                if held is not None and held.sweep is not None and upto >= second * 1000 + 999:
+                    # The final round covers the whole second: read its version first,
+                    # so a write that lands after this claim makes the release miss.
+                    entries = await self._dispatch.next_seconds(second, second, 1)
+                    swept[second] = entries[0] if entries else None
+                claimed.extend(await self._claim(second, upto))
+                self._due_seconds.discard(second)
+                done.append(second)
+        finally:
+            # What this round claimed goes out even when a later claim failed (a store
+            # error, a lost lease): those jobs are dispatched now, and only this publish
+            # sends them on time. Seconds not done stay due for the next round.
+            self._last_claim_round_ms = now
+            if claimed:
+                await self._publish(claimed)
+            await self._finish(done, swept, now)
+
+    async def _finish(
+        self, seconds: list[int], swept: dict[int, SecondEntry | None], now: int
+    ) -> None:
+        """Every entry of these seconds that fired is done: its job was claimed, or it
+        is no longer pending then (cancelled, moved; a move renews a second)."""
+        for second in seconds:
             held = self._held.get(second)
             if held is None:
                 continue
@@ -418,13 +448,13 @@ class Scanner:
                 await self._close_backlog_second(current)
 
     async def _open_backlog_second(self, entry: SecondEntry) -> None:
-        pending = await self._dispatch.load_second(entry.second)
+        pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
         self._backlog = _BacklogSecond(entry, sorted(due for _, due in pending))
         self._backlog_from_s = entry.second
 
     async def _close_backlog_second(self, current: _BacklogSecond) -> None:
         second = current.entry.second
-        if await self._dispatch.release_second(current.entry):
+        if await self._dispatch.release_second(current.entry, self._require_term().fence):
             self._backlog = None
             self._backlog_from_s = second + 1
             return

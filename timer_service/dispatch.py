@@ -13,10 +13,13 @@ from timer_service.model import Attempt
 
 @dataclass(frozen=True, slots=True)
 class SecondEntry:
-    """One entry of the non-empty-seconds index, at the version it was read."""
+    """One entry of the non-empty-seconds index, at the version it was read. A
+    version is unique to one write of the entry (never reused, also not after the
+    entry was deleted and created again), so a release with an old version can
+    only miss."""
 
     second: int
-    version: int
+    version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,7 @@ class Claimed:
     next_attempt_at: int  # not to be sent before this
     attempt: int  # the number the coming callback will carry
     claim: str
+    fence: int = 0  # the fencing token of the daemon that claimed it
 
 
 @dataclass(frozen=True, slots=True)

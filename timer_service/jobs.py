@@ -294,6 +294,7 @@ def claimed(job: Job, second: int) -> Claimed:
         next_attempt_at=job.next_attempt_at,
         attempt=job.attempts + 1,
         claim=job.claim,
+        fence=job.fence,
     )
 
 

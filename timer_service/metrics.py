@@ -29,6 +29,11 @@ class Metrics:
         self._created = Counter(
             "timer_jobs_created", "Jobs accepted (201)", ["biz_type"], registry=r
         )
+        self._seconds_restored = Counter(
+            "timer_seconds_restored",
+            "Seconds-index entries restored for pending jobs that none pointed at",
+            registry=r,
+        )
         self._dispatched = Counter(
             "timer_jobs_dispatched", "Jobs published to the queue", ["biz_type"], registry=r
         )
@@ -157,5 +162,8 @@ class Metrics:
         self._schedule_runs.labels(biz_type).inc()
 
     # -- any
+    def seconds_restored(self, count: int) -> None:
+        self._seconds_restored.inc(count)
+
     def store_error(self, operation: str) -> None:
         self._store_errors.labels(operation).inc()

@@ -7,55 +7,15 @@ SecantusDB server (MongoDB wire protocol). Both must give the same answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from tests.support import unique_name
+from tests.contract.stores import NOW, attempt, claim_second, create, new
 from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
 from timer_service.errors import Conflict, NotFound
 from timer_service.jobs import CreateStatus, NewJob
-from timer_service.model import Attempt, BizType, Job, JobState, encode_payload, second_of
+from timer_service.model import BizType, Job, JobState, encode_payload, second_of
 from timer_service.store.base import Store
-from timer_service.store.memory import MemoryStore
-from timer_service.store.mongo import MongoStore
-
-NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole second
-
-
-@pytest.fixture(params=["memory", pytest.param("mongo", marks=pytest.mark.integration)])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        memory = MemoryStore(buckets=60)
-        await memory.setup()
-        yield memory
-        return
-    server = request.getfixturevalue("secantus")  # a sync, session-wide fixture
-    mongo = MongoStore(server.url, unique_name("contract"), buckets=60)
-    await mongo.setup()
-    try:
-        yield mongo
-    finally:
-        await mongo.drop_database()
-        await mongo.close()
-
-
-def new(job_id: str, due_at: int = NOW + 5000, payload: Any = None, **kw: Any) -> NewJob:
-    return NewJob("orders", job_id, due_at, encode_payload(payload), **kw)
-
-
-async def create(store: Store, *jobs: NewJob, now: int = NOW) -> list[Any]:
-    return await store.jobs.create_jobs(list(jobs), now)
-
-
-async def claim_second(store: Store, second: int, claim: str = "c1", fence: int = 1):
-    return await store.dispatch.claim_due(second, second * 1000 + 999, claim, fence, NOW)
-
-
-def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:
-    return Attempt(n, at, status, None if status == 200 else f"HTTP {status}", 3)
-
 
 # -- biz types ---------------------------------------------------------------------
 
@@ -135,7 +95,7 @@ async def test_cancel(store: Store) -> None:
     assert (await store.jobs.cancel_job("orders", "a", NOW + 2)).state == JobState.CANCELLED
     with pytest.raises(NotFound):
         await store.jobs.cancel_job("orders", "nope", NOW)
-    assert await store.dispatch.load_second(second_of(NOW + 5000)) == []
+    assert await store.dispatch.load_second(second_of(NOW + 5000), 1) == []
 
 
 async def test_cancel_dispatched_then_send_check_drops_it(store: Store) -> None:
@@ -154,9 +114,11 @@ async def test_reschedule_moves_to_the_new_second(store: Store) -> None:
         assert job.due_at == target and job.next_attempt_at == target and job.payload == "p2"
         got = await store.jobs.get_job("orders", "a")
         assert got is not None and got.next_attempt_at == target and got.payload == "p2"
-        assert [k for k, _ in await store.dispatch.load_second(second_of(target))] == ["orders/a"]
-    assert await store.dispatch.load_second(second_of(NOW + 5000)) == []
-    assert await store.dispatch.load_second(second_of(NOW + 65_000)) == []
+        assert [k for k, _ in await store.dispatch.load_second(second_of(target), 1)] == [
+            "orders/a"
+        ]
+    assert await store.dispatch.load_second(second_of(NOW + 5000), 1) == []
+    assert await store.dispatch.load_second(second_of(NOW + 65_000), 1) == []
     seconds = [e.second for e in await store.dispatch.next_seconds(0, 10**12, 10)]
     assert second_of(NOW + 7000) in seconds
 
@@ -184,7 +146,9 @@ async def test_replay_dead_job(store: Store) -> None:
     assert job.budget_base == 1 and job.attempts == 1 and len(job.history) == 1
     got = await store.jobs.get_job("orders", "a")
     assert got is not None and got.state == JobState.PENDING
-    assert [k for k, _ in await store.dispatch.load_second(second_of(NOW + 20_000))] == ["orders/a"]
+    assert [k for k, _ in await store.dispatch.load_second(second_of(NOW + 20_000), 1)] == [
+        "orders/a"
+    ]
     with pytest.raises(Conflict):
         await store.jobs.replay_job("orders", "a", NOW)
 
@@ -264,15 +228,15 @@ async def test_seconds_index_and_conditional_release(store: Store) -> None:
     assert [e.second for e in entries] == [s, s + 3]
     assert await store.dispatch.next_seconds(s + 1, s + 2, 10) == []
     entry = entries[0]
-    assert [k for k, _ in await store.dispatch.load_second(s)] == ["orders/a"]
+    assert [k for k, _ in await store.dispatch.load_second(s, 1)] == ["orders/a"]
     await create(store, new("late", due_at=NOW + 5500))  # written after the daemon read v
-    assert await store.dispatch.release_second(entry) is False  # so the delete misses
+    assert await store.dispatch.release_second(entry, 1) is False  # so the delete misses
     [fresh] = await store.dispatch.next_seconds(s, s, 1)
-    assert fresh.version > entry.version
+    assert fresh.version != entry.version
     await claim_second(store, s)
-    assert await store.dispatch.release_second(fresh) is True
+    assert await store.dispatch.release_second(fresh, 1) is True
     assert [e.second for e in await store.dispatch.next_seconds(s, s + 10, 10)] == [s + 3]
-    assert await store.dispatch.release_second(SecondEntry(s, 99)) is True  # already gone
+    assert await store.dispatch.release_second(SecondEntry(s, "gone"), 1) is True  # already gone
 
 
 async def test_claim_is_conditional_and_fenced(store: Store) -> None:
@@ -292,7 +256,7 @@ async def test_stale_dispatched_reclaim_and_published_flag(store: Store) -> None
     s = second_of(NOW + 5000)
     await create(store, new("a"), new("b"))
     claimed = await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    await store.dispatch.mark_published(s, "c1")
+    await store.dispatch.mark_published(s, "c1", 1)
     stale = await store.dispatch.find_stale_dispatched(NOW + 1, 100)
     assert sorted(j.job_id for j in stale) == ["a", "b"] and all(j.published for j in stale)
     assert await store.dispatch.find_stale_dispatched(NOW, 100) == []
@@ -311,7 +275,7 @@ async def test_stale_dispatched_filters_and_orders_by_claim_time(store: Store) -
     s = second_of(NOW + 5000)
     await create(store, new("a"), NewJob("held", "b", NOW + 5000, encode_payload(None)))
     await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    await store.dispatch.mark_published(s, "c1")
+    await store.dispatch.mark_published(s, "c1", 1)
     await create(store, new("c"))
     await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # never confirmed
 
@@ -374,7 +338,9 @@ async def test_outcomes_delivered_retry_dead(store: Store) -> None:
     assert retry is not None and retry.state == JobState.PENDING
     assert retry.next_attempt_at == retry_at and retry.attempts == 1 and retry.due_at == NOW + 5000
     assert retry.last_error == "HTTP 503"
-    assert [k for k, _ in await store.dispatch.load_second(second_of(retry_at))] == ["orders/retry"]
+    assert [k for k, _ in await store.dispatch.load_second(second_of(retry_at), 1)] == [
+        "orders/retry"
+    ]
     [again] = await claim_second(store, second_of(retry_at), "c2")
     assert again.attempt == 2 and again.due_at == NOW + 5000
 
@@ -451,7 +417,7 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
     assert cancelled is not None and cancelled.state == JobState.CANCELLED
     assert cancelled.attempts == 1
     loaded = {
-        k for at in retry_at.values() for k, _ in await store.dispatch.load_second(second_of(at))
+        k for at in retry_at.values() for k, _ in await store.dispatch.load_second(second_of(at), 1)
     }
     expected = {f"orders/r{i:03}" for i in range(240) if i != 7}
     assert loaded == expected
@@ -460,7 +426,7 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
         assert job is not None and job.state == JobState.PENDING and job.attempts == 1
         assert job.next_attempt_at == retry_at[i % 3 % 2]
     for first in firsts:
-        assert await store.dispatch.load_second(second_of(first)) == []
+        assert await store.dispatch.load_second(second_of(first), 1) == []
 
 
 # -- lease, pointer, brokers ------------------------------------------------------------

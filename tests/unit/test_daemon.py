@@ -324,7 +324,7 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     # A previous daemon claimed all three; it published two, then died.
     s = second_of(start)
     await store.dispatch.claim_due(s, start, "dead-1", 1, start)
-    await store.dispatch.mark_published(s, "dead-1")
+    await store.dispatch.mark_published(s, "dead-1", 1)
     await store.jobs.create_jobs([NewJob("free", "lost2", start, "null")], start)
     await store.dispatch.claim_due(s, start, "dead-2", 1, start)  # never published
 
@@ -354,7 +354,7 @@ async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
         [NewJob("held", f"q{i}", start, "null") for i in range(2500)], start
     )
     await store.dispatch.claim_due(s, start, "dead-1", 1, start)
-    await store.dispatch.mark_published(s, "dead-1")
+    await store.dispatch.mark_published(s, "dead-1", 1)
     await create(store, start + 1, ("lost", start + 1), biz="free")
     await store.dispatch.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
 
@@ -380,7 +380,7 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     await store.dispatch.claim_due(s, start + 1000, "old-1", 1, start)
     await store.jobs.create_jobs([NewJob(BIZ, "late", start + 950, "null")], start)
     await store.dispatch.claim_due(s, start + 1000, "old-2", 1, start)
-    await store.dispatch.mark_published(s, "old-1")
+    await store.dispatch.mark_published(s, "old-1", 1)
 
     clock.advance(500)  # far less than reconcile_after (60 s)
     h = Harness(store, clock)

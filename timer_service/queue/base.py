@@ -5,6 +5,8 @@ and per biz type one durable quorum queue ``{prefix}.biz.{biz_type}`` with
 single-active-consumer, bound by the biz type as routing key. One consumer at a
 time across all brokers owns a biz type's stream, so its rate limit and
 in-flight cap are enforced in one place.
+
+tests/contract/test_queue_contract.py holds both adapters to what is written here.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def encode(job: Claimed) -> bytes:
             "next_attempt_at": job.next_attempt_at,
             "attempt": job.attempt,
             "claim": job.claim,
+            "fence": job.fence,
         },
         separators=(",", ":"),
     ).encode()
@@ -41,10 +44,14 @@ def decode(body: bytes) -> Claimed:
         next_attempt_at=d["next_attempt_at"],
         attempt=d["attempt"],
         claim=d["claim"],
+        fence=d.get("fence", 0),
     )
 
 
 class Delivery(Protocol):
+    """One message, handed to a handler unsettled. Its fate is decided once: a later
+    ack, requeue or drop, or one after its consumer was cancelled, is a no-op."""
+
     job: Claimed
     redelivered: bool
 
@@ -68,7 +75,9 @@ Handler = Callable[[Delivery], Awaitable[None]]
 class DispatchQueue(Protocol):
     async def connect(self) -> None: ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Idempotent. Consumers stop, their unsettled messages go back; until the next
+        connect(), ping, publish and consume raise ConnectionError."""
 
     async def ping(self) -> None:
         """Raise if the queue backend does not answer."""
@@ -80,7 +89,9 @@ class DispatchQueue(Protocol):
         """Publish all, confirmed by the backend; raise if any was not confirmed."""
 
     async def consume(self, biz_type: str, handler: Handler, prefetch: int) -> Consumer:
-        """Deliver the biz type's messages to `handler` (manual ack)."""
+        """Deliver the biz type's messages to `handler` (manual ack), at most `prefetch`
+        unsettled, each in its own task. Only the first consumer of a biz type receives;
+        the next takes over when it is cancelled."""
 
     async def queue_depth(self, biz_type: str) -> int | None:
-        """Messages ready in the biz type's queue, or None when unknown."""
+        """Messages ready in the biz type's queue, or None when unknown (no such queue)."""

@@ -30,7 +30,9 @@ class MemoryDispatch:
             out.append(SecondEntry(s, self._s.versions[s]))
         return out
 
-    async def load_second(self, second: int) -> list[tuple[str, int]]:
+    async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
+        if second in self._s.versions:
+            self._s.stamps[second] = max(fence, self._s.stamps.get(second, 0))
         out = []
         for key in self._s.jobs_in_second.get(second, ()):
             job = self._s.jobs[key]
@@ -51,21 +53,38 @@ class MemoryDispatch:
                     claimed.append(machine.claimed(changed, second))
         return claimed
 
-    async def mark_published(self, second: int, claim: str) -> None:
+    async def mark_published(self, second: int, claim: str, fence: int) -> None:
         change = machine.published(claim)
         for key in self._s.jobs_in_second.get(second, ()):
-            self._s.apply(self._s.jobs[key], change)
+            job = self._s.jobs[key]
+            if job.fence == fence:
+                self._s.apply(job, change)
 
-    async def release_second(self, entry: SecondEntry) -> bool:
+    async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         version = self._s.versions.get(entry.second)
         if version is None:
             return True
-        if version != entry.version:
+        if version != entry.version or self._s.stamps.get(entry.second, 0) > fence:
             return False
         del self._s.versions[entry.second]
+        self._s.stamps.pop(entry.second, None)
         i = bisect.bisect_left(self._s.sorted_seconds, entry.second)
         del self._s.sorted_seconds[i]
         return True
+
+    async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
+        overdue = sorted(
+            (job.next_attempt_at, self._s.second_of_job[key])
+            for key, job in self._s.jobs.items()
+            if job.state == JobState.PENDING
+            and job.next_attempt_at is not None
+            and job.next_attempt_at < before_ms
+        )
+        return sorted({second for _, second in overdue[:limit]})
+
+    async def restore_seconds(self, seconds: Collection[int]) -> None:
+        for second in sorted(seconds):
+            self._s.bump(second)
 
     async def find_stale_dispatched(
         self,

@@ -21,7 +21,10 @@ class MemoryJobs:
         for new in jobs:
             existing = self._s.job(new.biz_type, new.job_id)
             if existing is not None:
-                results.append(CreateResult(machine.repeat_status(existing, new), existing))
+                status = machine.repeat_status(existing, new)
+                if status == CreateStatus.EXISTS and existing.state == JobState.PENDING:
+                    self._s.bump(self._s.second_of_job[existing.key])  # as the MongoDB store
+                results.append(CreateResult(status, existing))
                 continue
             job = machine.new_job(new, now_ms)
             self._s.put(job, second_of(new.due_at))

@@ -27,7 +27,9 @@ class MemoryState:
     jobs: dict[str, Job] = field(default_factory=dict)
     second_of_job: dict[str, int] = field(default_factory=dict)
     jobs_in_second: dict[int, dict[str, None]] = field(default_factory=dict)
-    versions: dict[int, int] = field(default_factory=dict)  # the non-empty seconds index
+    versions: dict[int, str] = field(default_factory=dict)  # the non-empty seconds index
+    stamps: dict[int, int] = field(default_factory=dict)  # fence that last loaded a second
+    writes: int = 0  # makes every entry version unique
     sorted_seconds: list[int] = field(default_factory=list)
     dispatched: dict[str, None] = field(default_factory=dict)
     biz: dict[str, BizType] = field(default_factory=dict)
@@ -75,11 +77,9 @@ class MemoryState:
         self.bump(second)
 
     def bump(self, second: int) -> None:
-        version = self.versions.get(second)
-        if version is None:
+        if second not in self.versions:
             bisect.insort(self.sorted_seconds, second)
-            self.versions[second] = 1
-        else:
-            self.versions[second] = version + 1
+        self.writes += 1
+        self.versions[second] = f"{self.writes:016x}"
         for queue in self.watchers:
             queue.put_nowait(second)

@@ -61,6 +61,8 @@ class MongoStore:
                 [("second", ASCENDING), ("state", ASCENDING), ("next_attempt_at", ASCENDING)]
             )
             await coll.create_index([("state", ASCENDING), ("claimed_at", ASCENDING)])
+            # The overdue-pending sweep: normally an empty range.
+            await coll.create_index([("state", ASCENDING), ("next_attempt_at", ASCENDING)])
             # Lists a biz type's jobs in a state in key order; its prefix serves the
             # delete-biz-type check. Replaces (biz_type, state) of releases before.
             await coll.create_index(

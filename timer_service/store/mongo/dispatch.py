@@ -34,9 +34,10 @@ class MongoDispatch:
             .limit(limit)
             .to_list(None)
         )
-        return [SecondEntry(d["_id"], d["v"]) for d in docs]
+        return [SecondEntry(d["_id"], str(d["v"])) for d in docs]
 
-    async def load_second(self, second: int) -> list[tuple[str, int]]:
+    async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
+        await self._l.seconds.update_one({"_id": second}, {"$max": {"f": fence}})
         pending = {"second": second, "state": JobState.PENDING.value}
         docs = await self._l.bucket(second).find(pending, {"next_attempt_at": 1}).to_list(None)
         return [(d["_id"], d["next_attempt_at"]) for d in docs]
@@ -59,18 +60,38 @@ class MongoDispatch:
         docs = await coll.find({"second": second, "claim": claim}, CLAIM_PROJECTION).to_list(None)
         return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
 
-    async def mark_published(self, second: int, claim: str) -> None:
+    async def mark_published(self, second: int, claim: str, fence: int) -> None:
         change = machine.published(claim)
         await self._l.bucket(second).update_many(
-            {"second": second, **guard_filter(change.guard)},
+            {"second": second, **guard_filter(change.guard), "fence": fence},
             change_update(change),
         )
 
-    async def release_second(self, entry: SecondEntry) -> bool:
-        result = await self._l.seconds.delete_one({"_id": entry.second, "v": entry.version})
+    async def release_second(self, entry: SecondEntry, fence: int) -> bool:
+        result = await self._l.seconds.delete_one(
+            {"_id": entry.second, "v": entry.version, "f": {"$not": {"$gt": fence}}}
+        )
         if result.deleted_count == 1:
             return True
         return await self._l.seconds.find_one({"_id": entry.second}, {"_id": 1}) is None
+
+    async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
+        # Served by the (state, next_attempt_at) index of every bucket: normally empty.
+        query = {"state": JobState.PENDING.value, "next_attempt_at": {"$lt": before_ms}}
+        found = await asyncio.gather(
+            *(
+                c.find(query, {"second": 1, "next_attempt_at": 1})
+                .sort("next_attempt_at", ASCENDING)
+                .limit(limit)
+                .to_list(None)
+                for c in self._l.buckets
+            )
+        )
+        docs = sorted((d for ds in found for d in ds), key=lambda d: d["next_attempt_at"])
+        return sorted({d["second"] for d in docs[:limit]})
+
+    async def restore_seconds(self, seconds: Collection[int]) -> None:
+        await self._l.bump(seconds)
 
     async def find_stale_dispatched(
         self,

@@ -21,12 +21,16 @@ from timer_service.store.mongo.layout import (
     guard_filter,
     insert_ignoring_duplicates,
     job_to_doc,
+    locator_doc,
     stays_in_bucket,
 )
 from timer_service.store.mongo.listing import list_jobs
 from timer_service.store.mongo.moves import Move, Mover
 
 _MOVE_RETRIES = 5
+# A locator without its job this old was left by a creator that died: its
+# identity is free for a request that differs from the one that died.
+ORPHAN_LOCATOR_MS = 30_000
 
 
 class MongoJobs:
@@ -40,17 +44,7 @@ class MongoJobs:
         for new in jobs:
             first.setdefault(job_key(new.biz_type, new.job_id), new)
         fresh = {key: machine.new_job(new, now_ms) for key, new in first.items()}
-        locators = [
-            {
-                "_id": key,
-                "biz_type": job.biz_type,
-                "second": second_of(job.due_at),
-                "due_at": job.due_at,
-                "payload_hash": machine.payload_fingerprint(job.payload_json),
-                "expire_at": None,
-            }
-            for key, job in fresh.items()
-        ]
+        locators = [locator_doc(job, now_ms) for job in fresh.values()]
         taken = await insert_ignoring_duplicates(self._l.locator, locators)
         created = {k: j for k, j in fresh.items() if k not in taken}
         await self._write_new_jobs(created.values())
@@ -89,23 +83,41 @@ class MongoJobs:
         docs = await self.read_jobs(locators)
         out: dict[str, tuple[CreateStatus, Job]] = {}
         repair: list[Job] = []
+        takeover: list[tuple[Doc, Job]] = []
+        renew: set[int] = set()
         for loc in locators:
             key, new = loc["_id"], news[loc["_id"]]
             if key in docs:
                 job = doc_to_job(docs[key])
                 status = machine.repeat_status(job, new)
+                if status == CreateStatus.EXISTS and job.state == JobState.PENDING:
+                    # The first create may have died before renewing the entry: a
+                    # client's retry makes sure the job is indexed.
+                    renew.add(docs[key]["second"])
             else:
-                # The first creator has written the locator but not (yet) the job:
-                # it is mid-flight or died. Judge by the locator, and finish its work.
+                # A locator without its job: its creator is mid-flight or died, or the
+                # job's retention ended (the locator outlives it by a day). Judge by the
+                # locator and finish the creator's work; an identity whose job expired,
+                # or whose creator left it long ago, is free for a new request.
                 status = machine.repeat_status_by_fingerprint(
                     loc["due_at"], loc["payload_hash"], new
                 )
                 job = machine.new_job(
                     NewJob(new.biz_type, new.job_id, loc["due_at"], new.payload_json), now_ms
                 )
+                abandoned = now_ms - loc.get("created_at", now_ms) > ORPHAN_LOCATOR_MS
+                if loc.get("expire_at") is not None or (
+                    status == CreateStatus.CONFLICT and abandoned
+                ):
+                    takeover.append((loc, machine.new_job(new, now_ms)))
+                    continue
                 if status == CreateStatus.EXISTS:
                     repair.append(job)
             out[key] = (status, job)
+        for loc, job in takeover:
+            out[loc["_id"]] = await self._take_over(loc, job, now_ms)
+        if renew:
+            await self._l.bump(renew)
         if repair:
             await self._write_new_jobs(repair)
             # Answer with what is stored (the first creator's document), not our copy.
@@ -114,6 +126,16 @@ class MongoJobs:
                 if key in stored:
                     out[key] = (status, doc_to_job(stored[key]))
         return out
+
+    async def _take_over(self, loc: Doc, job: Job, now_ms: int) -> tuple[CreateStatus, Job]:
+        """Replace a job-less locator by this request's, if nobody else did; then write
+        the job. A lost race answers as a conflict (the other request won)."""
+        same = {"_id": loc["_id"], "due_at": loc["due_at"], "payload_hash": loc["payload_hash"]}
+        replaced = await self._l.locator.replace_one(same, locator_doc(job, now_ms))
+        if replaced.modified_count != 1:
+            return CreateStatus.CONFLICT, job
+        await self._write_new_jobs([job])
+        return CreateStatus.CREATED, job
 
     async def read_jobs(self, locators: Sequence[Doc]) -> dict[str, Doc]:
         by_bucket: dict[int, list[str]] = defaultdict(list)

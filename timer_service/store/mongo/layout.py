@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from bson import ObjectId
 from pymongo import AsyncMongoClient, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
@@ -33,12 +34,14 @@ from timer_service.constants import (
     POINTERS_COLLECTION,
     SECONDS_COLLECTION,
 )
-from timer_service.jobs import Change, Guard
+from timer_service.jobs import Change, Guard, payload_fingerprint
 from timer_service.model import Attempt, Job, JobState, second_of
 
 Doc = dict[str, Any]
 Collection = AsyncCollection[Doc]
 DUPLICATE_KEY = 11000
+
+LOCATOR_GRACE_MS = 86_400_000  # a locator outlives its job by a day
 
 # Job fields whose document field has another name.
 _DOC_FIELD = {"payload_json": "payload"}
@@ -69,11 +72,24 @@ class Layout:
         return second % self.buckets_n
 
     def expire_at(self, now_ms: int) -> datetime:
+        """When a job that ends now is removed by the TTL index."""
         return datetime.fromtimestamp((now_ms + self.retention_ms) / 1000, tz=UTC)
 
+    def locator_expire_at(self, now_ms: int) -> datetime:
+        """Strictly after its job: an identity never points at nothing while its job
+        can still be read, and is never taken while its job still exists."""
+        return datetime.fromtimestamp(
+            (now_ms + self.retention_ms + LOCATOR_GRACE_MS) / 1000, tz=UTC
+        )
+
     async def bump(self, seconds: Iterable[int], session: Any = None) -> None:
-        """Bump the entries of these seconds (creating them): after the jobs are written."""
-        ops = [UpdateOne({"_id": s}, {"$inc": {"v": 1}}, upsert=True) for s in sorted(seconds)]
+        """Renew the entries of these seconds (creating them): after the jobs are written.
+        Each write gets a version no earlier write had (an ObjectId: unique across
+        processes), so a release with a version read before can only miss."""
+        ops = [
+            UpdateOne({"_id": s}, {"$set": {"v": str(ObjectId())}}, upsert=True)
+            for s in sorted(seconds)
+        ]
         if ops:
             await self.seconds.bulk_write(ops, ordered=False, session=session)
 
@@ -116,6 +132,19 @@ def job_to_doc(job: Job, second: int) -> Doc:
         "claimed_at": job.claimed_at,
         "published": job.published,
         "budget_base": job.budget_base,
+        "expire_at": None,
+    }
+
+
+def locator_doc(job: Job, now_ms: int) -> Doc:
+    """The identity's entry: where the job is, and what a repeated create compares."""
+    return {
+        "_id": job.key,
+        "biz_type": job.biz_type,
+        "second": second_of(job.next_attempt_at or job.due_at),
+        "due_at": job.due_at,
+        "payload_hash": payload_fingerprint(job.payload_json),
+        "created_at": now_ms,
         "expire_at": None,
     }
 

@@ -63,9 +63,12 @@ class Mover:
         moved: list[str] = []
         for b, items in in_place.items():
             moved.extend(await self._rewrite_in_place(b, items))
+        # Across buckets the transaction renews the seconds' entries with the move;
+        # in place it comes after (a crash in between is what the overdue sweep finds).
+        if in_place:
+            await layout.bump({next_second_of(m.job) for ms in in_place.values() for m in ms})
         if across:
             moved.extend(await self._move_across(across))
-        await layout.bump({next_second_of(m.job) for m in moves})
         return moved
 
     async def _rewrite_in_place(self, b: int, items: Sequence[Move]) -> list[str]:
@@ -77,20 +80,29 @@ class Mover:
         bucket = self._l.buckets[b]
         result = await bucket.bulk_write(ops, ordered=False)
         if result.modified_count == len(ops):
-            return [m.old["_id"] for m in items]
-        # Find which went through.
-        keys = [m.old["_id"] for m in items]
-        by_key = {d["_id"]: d for d in await bucket.find({"_id": {"$in": keys}}).to_list(None)}
-        moved = []
-        for m in items:
-            d = by_key.get(m.old["_id"])
-            if (
-                d is not None
-                and d.get("updated_at") == m.job.updated_at
-                and d.get("next_attempt_at") == m.job.next_attempt_at
-            ):
-                moved.append(m.old["_id"])
+            moved = [m.old["_id"] for m in items]
+        else:  # find which went through
+            keys = [m.old["_id"] for m in items]
+            found = await bucket.find({"_id": {"$in": keys}}).to_list(None)
+            by_key = {d["_id"]: d for d in found}
+            moved = []
+            for m in items:
+                d = by_key.get(m.old["_id"])
+                if (
+                    d is not None
+                    and d.get("updated_at") == m.job.updated_at
+                    and d.get("next_attempt_at") == m.job.next_attempt_at
+                ):
+                    moved.append(m.old["_id"])
+        done = set(moved)
+        await self._repoint([m for m in items if m.old["_id"] in done])
         return moved
+
+    async def _repoint(self, moves: Sequence[Move], session: Any = None) -> None:
+        """The locators follow their jobs: second, due time, payload, no expiry."""
+        ops = [_locator_update(m) for m in moves]
+        if ops:
+            await self._l.locator.bulk_write(ops, ordered=False, session=session)
 
     async def _move_across(self, moves: Sequence[Move]) -> list[str]:
         """Move jobs to other buckets: one transaction per (old bucket, new bucket) group
@@ -135,24 +147,7 @@ class Mover:
             matching = {"_id": {"$in": keys}, **moves[0].expect}
         else:
             matching = {"$or": [{"_id": m.old["_id"], **m.expect} for m in moves]}
-        docs, loc_ops = [], []
-        for m in moves:
-            job = m.job
-            s = next_second_of(job)
-            docs.append(job_to_doc(job, s))
-            loc_ops.append(
-                UpdateOne(
-                    {"_id": m.old["_id"]},
-                    {
-                        "$set": {
-                            "second": s,
-                            "due_at": job.due_at,
-                            "expire_at": None,
-                            "payload_hash": payload_fingerprint(job.payload_json),
-                        }
-                    },
-                )
-            )
+        docs = [job_to_doc(m.job, next_second_of(m.job)) for m in moves]
         new_bucket = layout.bucket(docs[0]["second"])
 
         async def move(session: Any) -> None:
@@ -160,7 +155,8 @@ class Mover:
             if deleted.deleted_count != len(keys):
                 raise _GroupChanged()  # with_transaction aborts, then re-raises it
             await new_bucket.insert_many(docs, session=session)
-            await layout.locator.bulk_write(loc_ops, session=session)
+            await self._repoint(moves, session)
+            await layout.bump({d["second"] for d in docs}, session=session)
 
         try:
             async with layout.client.start_session() as session:
@@ -168,3 +164,18 @@ class Mover:
         except _GroupChanged:
             return False
         return True
+
+
+def _locator_update(move: Move) -> UpdateOne:
+    job = move.job
+    return UpdateOne(
+        {"_id": move.old["_id"]},
+        {
+            "$set": {
+                "second": next_second_of(job),
+                "due_at": job.due_at,
+                "expire_at": None,
+                "payload_hash": payload_fingerprint(job.payload_json),
+            }
+        },
+    )

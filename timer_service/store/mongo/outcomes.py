@@ -80,8 +80,17 @@ class MongoOutcomes:
                 for b in buckets
             )
         )
+        retried = {
+            second
+            for items in in_place.values()
+            for _, c in items
+            if (second := c.next_second) is not None
+        }
+        if retried:  # a retry is a new timer: its second must be indexed
+            await layout.bump(retried)
+        locator_expire_at = layout.locator_expire_at(now_ms)
         finished = [
-            UpdateOne({"_id": _key(o)}, {"$set": {"expire_at": expire_at}})
+            UpdateOne({"_id": _key(o)}, {"$set": {"expire_at": locator_expire_at}})
             for items in in_place.values()
             for o, c in items
             if c.finishes

@@ -3,9 +3,14 @@
 - A job lives in bucket ``second_of(next_attempt_at) % buckets``; its ``second``
   is the second it fires in next.
 - The seconds index holds one entry per non-empty second with a version that
-  every write into that second bumps *after* the job is written. The daemon
+  every write into that second renews *after* the job is written. The daemon
   removes an entry only if its version is still the one it read before loading
   the second (``release_second``), so a job added meanwhile is never missed.
+- A daemon that loads a second stamps its fence on the entry; a release with a
+  lower fence misses, so a deposed daemon's late release cannot drop a second
+  that its successor has taken on.
+- A pending job whose entry is missing (a crash between the job's write and
+  its bump) is found by ``find_overdue_pending`` and its entry restored.
 - A claim moves pending jobs to dispatched under a claim token and the claiming
   daemon's fencing token (`jobs.claim`).
 """
@@ -25,8 +30,9 @@ class DispatchPort(Protocol):
         """Non-empty seconds in [from_s, to_s], oldest first. Never touches empty ones."""
         ...
 
-    async def load_second(self, second: int) -> list[tuple[str, int]]:
-        """(job key, next_attempt_at) of the pending jobs in `second`."""
+    async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
+        """Stamp `fence` on the second's entry, then (job key, next_attempt_at) of
+        its pending jobs."""
         ...
 
     async def claim_due(
@@ -36,12 +42,22 @@ class DispatchPort(Protocol):
         conditional and batched; returns what this call claimed."""
         ...
 
-    async def mark_published(self, second: int, claim: str) -> None:
+    async def mark_published(self, second: int, claim: str, fence: int) -> None:
         """`jobs.published`: the claim's messages were confirmed by the queue."""
         ...
 
-    async def release_second(self, entry: SecondEntry) -> bool:
-        """Delete the seconds entry if its version is unchanged; False if it moved on."""
+    async def release_second(self, entry: SecondEntry, fence: int) -> bool:
+        """Delete the seconds entry if its version is unchanged and no higher fence
+        has loaded it; False if it moved on (or was taken on by a newer daemon)."""
+        ...
+
+    async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
+        """Seconds holding pending jobs due before `before_ms`, oldest first (at most
+        `limit` jobs read): what a sweep re-indexes."""
+        ...
+
+    async def restore_seconds(self, seconds: Collection[int]) -> None:
+        """Renew (or create) these seconds' entries, as a write into them does."""
         ...
 
     async def find_stale_dispatched(

@@ -1,0 +1,87 @@
+"""The store's part of the guarantees under partial failure, on both adapters:
+every pending job stays findable by the scanner, the seconds index has no ABA,
+a deposed daemon's release misses, outcomes belong to their claim."""
+
+from __future__ import annotations
+
+from tests.contract.stores import NOW, attempt, claim_second, create, new
+from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
+from timer_service.jobs import CreateStatus
+from timer_service.model import JobState, second_of
+from timer_service.store.base import Store
+
+
+async def drop_entry(store: Store, second: int) -> None:
+    """What a crash between a job's write and its entry's renewal leaves behind."""
+    [entry] = await store.dispatch.next_seconds(second, second, 1)
+    assert await store.dispatch.release_second(entry, 1) is True
+    assert await store.dispatch.next_seconds(second, second, 1) == []
+
+
+async def test_a_retry_into_the_same_bucket_is_indexed(store: Store) -> None:
+    await create(store, new("a"))
+    [c] = await claim_second(store, second_of(NOW + 5000))
+    await drop_entry(store, second_of(NOW + 5000))
+    retry_at = NOW + 65_000  # 60 s later: the same bucket of 60
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    failed = Outcome(ref, OutcomeKind.RETRY, attempt(1, status=503), retry_at)
+    await store.outcomes.record_outcomes([failed], NOW + 5000)
+    entries = await store.dispatch.next_seconds(second_of(retry_at), second_of(retry_at), 1)
+    assert [e.second for e in entries] == [second_of(retry_at)], "the retry's second is unindexed"
+    loaded = await store.dispatch.load_second(second_of(retry_at), 1)
+    assert [k for k, _ in loaded] == ["orders/a"]
+
+
+async def test_a_repeated_create_of_a_pending_job_renews_its_entry(store: Store) -> None:
+    await create(store, new("a"))
+    await drop_entry(store, second_of(NOW + 5000))
+    [again] = await create(store, new("a"), now=NOW + 10)
+    assert again.status == CreateStatus.EXISTS
+    s = second_of(NOW + 5000)
+    assert [e.second for e in await store.dispatch.next_seconds(s, s, 1)] == [s]
+
+
+async def test_overdue_pending_jobs_are_found_and_their_entries_restored(store: Store) -> None:
+    await create(store, new("late", due_at=NOW - 30_000), new("fine", due_at=NOW + 60_000))
+    s = second_of(NOW - 30_000)
+    await drop_entry(store, s)
+    assert await store.dispatch.find_overdue_pending(NOW - 10_000, 100) == [s]
+    assert await store.dispatch.find_overdue_pending(NOW - 40_000, 100) == []
+    await store.dispatch.restore_seconds([s])
+    assert [e.second for e in await store.dispatch.next_seconds(s, s, 1)] == [s]
+    await claim_second(store, s)
+    assert await store.dispatch.find_overdue_pending(NOW, 100) == [], "claimed is not pending"
+
+
+async def test_a_release_with_a_version_from_before_a_recreation_misses(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"))
+    [old] = await store.dispatch.next_seconds(s, s, 1)
+    await claim_second(store, s)
+    assert await store.dispatch.release_second(old, 1) is True
+    await create(store, new("b"))  # the second's entry is created again
+    [fresh] = await store.dispatch.next_seconds(s, s, 1)
+    assert fresh.version != old.version, "a re-created entry reused an old version"
+    assert await store.dispatch.release_second(old, 1) is False, "a late release dropped it"
+    assert [e.second for e in await store.dispatch.next_seconds(s, s, 1)] == [s]
+
+
+async def test_a_release_below_the_fence_that_loaded_the_second_misses(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"))
+    [entry] = await store.dispatch.next_seconds(s, s, 1)
+    await store.dispatch.load_second(s, 1)
+    await store.dispatch.load_second(s, 2)  # a newer leader took the second on
+    assert await store.dispatch.release_second(entry, 1) is False
+    assert await store.dispatch.release_second(SecondEntry(s, entry.version), 2) is True
+
+
+async def test_an_outcome_for_another_claim_changes_nothing(store: Store) -> None:
+    await create(store, new("a"))
+    [c] = await claim_second(store, second_of(NOW + 5000))
+    stale = SendRef(c.biz_type, c.job_id, c.second, "some-older-claim")
+    await store.outcomes.record_outcomes(
+        [Outcome(stale, OutcomeKind.DEAD, attempt(1, status=400))], NOW + 5000
+    )
+    job = await store.jobs.get_job("orders", "a")
+    assert job is not None and job.state == JobState.DISPATCHED and job.attempts == 0, job

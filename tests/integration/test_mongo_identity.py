@@ -1,0 +1,78 @@
+"""MongoDB only: an identity's locator and its job live and die together.
+
+The locator is what makes create idempotent and lookups O(1); the in-memory
+store has none, so these checks read the MongoDB documents themselves."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.contract.stores import NOW, attempt, new
+from tests.support import SecantusServer, unique_name
+from timer_service.dispatch import Outcome, OutcomeKind, SendRef
+from timer_service.jobs import CreateStatus
+from timer_service.model import JobState, second_of
+from timer_service.store.mongo import MongoStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def store(secantus: SecantusServer) -> AsyncIterator[MongoStore]:
+    mongo = MongoStore(secantus.url, unique_name("identity"), buckets=60)
+    await mongo.setup()
+    yield mongo
+    await mongo.drop_database()
+    await mongo.close()
+
+
+async def dead_job(store: MongoStore) -> None:
+    await store.jobs.create_jobs([new("a")], NOW)
+    s = second_of(NOW + 5000)
+    [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    await store.outcomes.record_outcomes(
+        [Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))], NOW + 5000
+    )
+
+
+async def test_a_finished_job_s_locator_expires_after_it(store: MongoStore) -> None:
+    await dead_job(store)
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    loc = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert job_doc is not None and loc is not None
+    assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
+
+
+async def test_a_replay_in_the_same_bucket_clears_the_locator_s_expiry(store: MongoStore) -> None:
+    await dead_job(store)
+    replay_at = NOW + 65_000  # 60 s on: the same bucket, so the job is rewritten in place
+    job = await store.jobs.replay_job("orders", "a", replay_at)
+    assert job.state == JobState.PENDING
+    loc = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert loc is not None and loc["expire_at"] is None, loc
+    assert loc["second"] == second_of(replay_at), loc
+
+
+async def test_an_identity_whose_job_expired_is_free_again(store: MongoStore) -> None:
+    await dead_job(store)
+    # The TTL monitor removed the job; its locator is still there for a day.
+    await store.layout.bucket(second_of(NOW + 5000)).delete_one({"_id": "orders/a"})
+    [again] = await store.jobs.create_jobs([new("a")], NOW + 40 * 86_400_000)
+    assert again.status == CreateStatus.CREATED, again
+    assert await store.jobs.get_job("orders", "a") is not None
+
+
+async def test_a_locator_left_by_a_dead_creator_is_taken_over(store: MongoStore) -> None:
+    [first] = await store.jobs.create_jobs([new("a", payload=1)], NOW)
+    # The creator died after its locator, before its job.
+    await store.layout.bucket(second_of(NOW + 5000)).delete_one({"_id": "orders/a"})
+    [soon] = await store.jobs.create_jobs([new("a", payload=2)], NOW + 1000)
+    assert soon.status == CreateStatus.CONFLICT, "a creator may still be mid-flight"
+    [later] = await store.jobs.create_jobs([new("a", payload=2)], NOW + 60_000)
+    assert later.status == CreateStatus.CREATED, later
+    job = await store.jobs.get_job("orders", "a")
+    assert job is not None and job.payload == 2, job
+    assert first.status == CreateStatus.CREATED
