@@ -122,11 +122,11 @@ class Scanner:
         return len(self._wheel)
 
     def has(self, second: int) -> bool:
-        """The scanner holds `second`, or will still visit it (catch-up, window)."""
+        """The scanner holds `second` (loaded, or the catch-up's current one), or its
+        window scan will list it."""
         return (
             second in self._held
             or second >= self._scan_from_s
-            or self._in_unvisited_backlog(second)
             or (self._backlog is not None and self._backlog.entry.second == second)
         )
 

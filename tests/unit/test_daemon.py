@@ -7,101 +7,27 @@ from collections.abc import Sequence
 
 import pytest
 
-from daemon.app import Daemon
 from daemon.lease import LEASE_NAME
+from tests.unit.daemon_harness import (
+    BIZ,
+    CLAIM_AHEAD_MS,
+    Harness,
+    RecordingQueue,
+    create,
+    run_until,
+)
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, second_of
-from timer_service.queue.memory import MemoryQueue
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
 from timer_service.store.recording import recording
-
-BIZ = "orders"
-CLAIM_AHEAD_MS = 1000
-
-
-class RecordingQueue(MemoryQueue):
-    """Remembers when each job was published, by the fake clock."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        super().__init__()
-        self.record = True
-        self.clock = clock
-        self.at: list[tuple[int, Claimed]] = []
-
-    async def publish(self, jobs: Sequence[Claimed]) -> None:
-        await super().publish(jobs)
-        now = self.clock.now_ms()
-        self.at.extend((now, job) for job in jobs)
-
-    def times(self, job_id: str) -> list[int]:
-        return [t for t, job in self.at if job.job_id == job_id]
-
-
-def settings(**overrides: object) -> Settings:
-    values: dict[str, object] = {
-        "lease_ttl_ms": 3000,
-        "reconcile_after_ms": 60_000,
-        "claim_ahead_ms": CLAIM_AHEAD_MS,
-        "lookahead_ms": 5000,
-        "catchup_rate_per_s": 5000,
-        "publish_batch": 100,
-    }
-    values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
-
-
-class Harness:
-    def __init__(
-        self, store: MemoryStore, clock: FakeClock, watch: bool = True, **overrides: object
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.queue = RecordingQueue(clock)
-        self.daemon = Daemon(
-            settings(**overrides), store, self.queue, Metrics(), clock, holder_id=f"d-{id(self)}"
-        )
-        # The change stream, as the daemon's watch task feeds it in production.
-        self._watch = asyncio.create_task(self._feed_watch()) if watch else None
-
-    async def _feed_watch(self) -> None:
-        async for second in self.store.dispatch.watch_seconds():
-            self.daemon.nudge(second)
-
-    async def step(self) -> int:
-        """One round; the time the daemon wants to run again."""
-        await asyncio.sleep(0)  # let the watch deliver what happened since the last round
-        await self.daemon.lease.tick()
-        wake = await self.daemon.scanner.run_once()
-        await self.daemon.publisher.drain()
-        await self.daemon.reconciler.maybe_run(self.daemon.scanner.last_claim_ms)
-        return min(wake, self.daemon.lease.next_action_ms(), self.daemon.reconciler.next_sweep_ms())
-
-
-async def run_until(end_ms: int, *harnesses: Harness, max_step_ms: int = 1000) -> int:
-    """Drive the daemons as their loops would: jump the clock to the earliest wake time.
-    Returns the number of rounds."""
-    clock = harnesses[0].clock
-    rounds = 0
-    while True:
-        wakes = [await h.step() for h in harnesses]
-        rounds += 1
-        now = clock.now_ms()
-        if now >= end_ms:
-            return rounds
-        clock.set(max(now + 1, min(min(wakes), now + max_step_ms, end_ms)))
-
-
-async def create(store: MemoryStore, now: int, *jobs: tuple[str, int], biz: str = BIZ) -> None:
-    await store.jobs.create_jobs([NewJob(biz, job_id, due, "null") for job_id, due in jobs], now)
 
 
 @pytest.fixture
 def store() -> MemoryStore:
-    return recording(MemoryStore(buckets=60))
+    return recording(MemoryStore(buckets=60))  # type: ignore[return-value]
 
 
 @pytest.fixture

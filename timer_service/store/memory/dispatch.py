@@ -84,7 +84,8 @@ class MemoryDispatch:
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
         for second in sorted(seconds):
-            self._s.bump(second)
+            if second not in self._s.versions:
+                self._s.bump(second)
 
     async def find_stale_dispatched(
         self,

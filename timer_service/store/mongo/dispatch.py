@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
+from bson import ObjectId
 from pymongo import ASCENDING, UpdateOne
 
 from timer_service import jobs as machine
@@ -91,7 +92,12 @@ class MongoDispatch:
         return sorted({d["second"] for d in docs[:limit]})
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
-        await self._l.bump(seconds)
+        ops = [
+            UpdateOne({"_id": s}, {"$setOnInsert": {"v": str(ObjectId())}}, upsert=True)
+            for s in sorted(seconds)
+        ]
+        if ops:
+            await self._l.seconds.bulk_write(ops, ordered=False)
 
     async def find_stale_dispatched(
         self,

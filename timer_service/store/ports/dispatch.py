@@ -57,7 +57,8 @@ class DispatchPort(Protocol):
         ...
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
-        """Renew (or create) these seconds' entries, as a write into them does."""
+        """Create the entries of these seconds where there are none (an existing entry
+        already leads the scanner to its jobs, and is left as it is)."""
         ...
 
     async def find_stale_dispatched(
