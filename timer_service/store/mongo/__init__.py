@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from pymongo import ASCENDING, AsyncMongoClient
 from pymongo.errors import OperationFailure
@@ -16,6 +17,20 @@ from timer_service.store.mongo.layout import Doc, Layout
 from timer_service.store.mongo.leases import MongoLeases
 from timer_service.store.mongo.moves import Mover
 from timer_service.store.mongo.outcomes import MongoOutcomes
+
+
+def durable_writes(url: str) -> dict[str, Any]:
+    """An acknowledged write is on a majority of the replica set and in its journal,
+    so a 201 survives a primary's crash (a PSA replica set's default is w:1, and a
+    store that syncs only on request loses what it acknowledged before a kill -9).
+    A URL that says otherwise (``w=``, ``journal=``) is the operator's choice."""
+    given = {key.lower() for key in parse_qs(urlsplit(url).query)}
+    defaults: dict[str, Any] = {}
+    if "w" not in given:
+        defaults["w"] = "majority"
+    if "journal" not in given:
+        defaults["journal"] = True
+    return defaults
 
 
 class MongoStore:
@@ -37,6 +52,7 @@ class MongoStore:
             tz_aware=True,
             serverSelectionTimeoutMS=5000,
             socketTimeoutMS=60_000,
+            **durable_writes(url),
         )
         self.layout = Layout(self._client, db_name, buckets, retention_ms)
         mover = Mover(self.layout)
