@@ -1,0 +1,28 @@
+"""Biz-type fields beyond the config (the signing-secret rotation) survive both adapters."""
+
+from __future__ import annotations
+
+from tests.contract import test_store_contract as base
+from timer_service.model import BizType
+from timer_service.store.base import JobStore
+
+store = base.store  # the same two adapters as the job-store contract
+NOW = base.NOW
+
+
+async def test_biz_type_keeps_its_rotation_state(store: JobStore) -> None:
+    rotating = BizType(
+        "orders", "http://x/", signing_secret="new", previous_signing_secret="old",
+        previous_secret_expires_at=NOW + 60_000, created_at=1, updated_at=1,
+    )  # fmt: skip
+    await store.put_biz_type(rotating)
+    got = await store.get_biz_type("orders")
+    assert got == rotating, f"expected {rotating}, got {got}"
+    assert await store.list_biz_types() == [rotating]
+
+    done = BizType("orders", "http://x/", signing_secret="new", created_at=9, updated_at=2)
+    await store.put_biz_type(done)
+
+    got = await store.get_biz_type("orders")
+    expected = BizType("orders", "http://x/", signing_secret="new", created_at=1, updated_at=2)
+    assert got == expected, f"expected {expected}, got {got}"
