@@ -40,7 +40,10 @@ HEADERS = {
     "Idempotency-Key": "bench:job-000001",
     "X-Timer-Attempt": "1",
     "X-Timer-Timestamp": "1767225600004",
-    "X-Timer-Signature": "sha256=" + "0" * 64,
+    "User-Agent": "timer-service/0.1.0",
+    "webhook-id": "bench:job-000001",
+    "webhook-timestamp": "1767225600",
+    "webhook-signature": "v1," + "A" * 43 + "=",
 }
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
 

@@ -10,11 +10,13 @@ import email.utils
 import json
 from dataclasses import dataclass
 
+from timer_service import __version__
 from timer_service.dispatch import OutcomeKind
 from timer_service.model import Attempt, BizType, Job, RetryPolicy
-from timer_service.signing import sign
+from timer_service.signing import signature_header
 
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
+USER_AGENT = f"timer-service/{__version__}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,20 +42,28 @@ class Verdict:
 
 
 def build_request(biz: BizType, job: Job, attempt: int, fired_at: int) -> CallbackRequest:
-    """Body and headers of one attempt; the payload goes out as the exact JSON registered."""
+    """Body and headers of one attempt sent at `fired_at`; the payload goes out as the exact
+    JSON registered. Signed as Standard Webhooks says (timer_service.signing) with every
+    secret of the biz type valid at `fired_at`."""
     body = (
         f'{{"biz_type":{json.dumps(job.biz_type)},"job_id":{json.dumps(job.job_id)},'
         f'"payload":{job.payload_json},"due_at":{job.due_at},"fired_at":{fired_at},'
         f'"attempt":{attempt}}}'
     ).encode()
+    msg_id = f"{job.biz_type}:{job.job_id}"
+    timestamp_s = fired_at // 1000
     headers = {
         "Content-Type": "application/json",
-        "Idempotency-Key": f"{job.biz_type}:{job.job_id}",
+        "User-Agent": USER_AGENT,
+        "Idempotency-Key": msg_id,
         "X-Timer-Attempt": str(attempt),
         "X-Timer-Timestamp": str(fired_at),
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp_s),
     }
-    if biz.signing_secret is not None:
-        headers["X-Timer-Signature"] = sign(biz.signing_secret, fired_at, body)
+    signatures = signature_header(biz.signing_secrets(fired_at), msg_id, timestamp_s, body)
+    if signatures:
+        headers["webhook-signature"] = signatures
     return CallbackRequest(body, headers)
 
 

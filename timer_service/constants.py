@@ -33,6 +33,10 @@ DEFAULT_LIST_LIMIT = 100
 # docs/api.md, "Jobs": the service may claim a job up to 2 s before its next_attempt_at.
 MAX_CLAIM_AHEAD_MS = 2000
 
+# Secret rotation: how long the replaced secret keeps signing (default, most).
+DEFAULT_SECRET_OVERLAP_S = 86_400
+MAX_SECRET_OVERLAP_S = 30 * 86_400
+
 DEFAULT_RETRY = {
     "max_attempts": 10,
     "initial_backoff_ms": 1000,

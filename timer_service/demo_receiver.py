@@ -1,6 +1,9 @@
 """A callback receiver for trying the service: prints every callback it gets.
 
-python -m timer_service.demo_receiver [port] [--secret S] [--fail-first N]
+python -m timer_service.demo_receiver [port] [--secret S ...] [--fail-first N]
+
+With --secret (repeat it to accept both secrets during a rotation) it verifies each
+callback's Standard Webhooks signature and answers 401 to one that does not check out.
 """
 
 from __future__ import annotations
@@ -8,27 +11,28 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 
 from aiohttp import web
 
 from timer_service.receiver import InvalidSignature, verify_callback
 
 
-def build_app(secret: str | None, fail_first: int) -> web.Application:
+def build_app(secrets: Sequence[str], fail_first: int) -> web.Application:
     failures_left = {"n": fail_first}
 
     async def callback(request: web.Request) -> web.Response:
         body = await request.read()
         now_ms = time.time_ns() // 1_000_000
-        if secret:
+        if secrets:
             try:
-                verify_callback(body, dict(request.headers), secret)
+                verify_callback(body, request.headers, secrets)
             except InvalidSignature as exc:
                 print(f"REJECTED: {exc}", flush=True)
                 return web.Response(status=401)
         if failures_left["n"] > 0:
             failures_left["n"] -= 1
-            print(f"answering 503 to {request.headers.get('Idempotency-Key')}", flush=True)
+            print(f"answering 503 to {request.headers.get('webhook-id')}", flush=True)
             return web.Response(status=503)
         data = json.loads(body)
         late = now_ms - data["due_at"]
@@ -48,7 +52,9 @@ def build_app(secret: str | None, fail_first: int) -> web.Application:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("port", type=int, nargs="?", default=9000)
-    parser.add_argument("--secret", default=None, help="verify X-Timer-Signature with it")
+    parser.add_argument(
+        "--secret", action="append", default=[], help="verify webhook-signature with it"
+    )
     parser.add_argument("--fail-first", type=int, default=0, help="answer 503 this many times")
     args = parser.parse_args()
     print(f"receiving callbacks on http://127.0.0.1:{args.port}/callback", flush=True)

@@ -15,7 +15,15 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()) |
 }
 
 # Never logged, whatever a caller passes (no secrets, tokens or payloads).
-_REDACTED = {"payload", "signing_secret", "token", "api_token", "authorization", "secret"}
+_REDACTED = {
+    "payload",
+    "signing_secret",
+    "previous_signing_secret",
+    "token",
+    "api_token",
+    "authorization",
+    "secret",
+}
 
 
 class JsonFormatter(logging.Formatter):

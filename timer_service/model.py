@@ -158,12 +158,60 @@ class BizType:
     max_concurrency: int = 16
     timeout_ms: int = 10000
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    signing_secret: str | None = None
+    signing_secret: str | None = field(default=None, repr=False)
     paused: bool = False
     created_at: int = 0
     updated_at: int = 0
+    # During a rotation the secret replaced last still signs until this time (epoch ms).
+    previous_signing_secret: str | None = field(default=None, repr=False)
+    previous_secret_expires_at: int | None = None
 
-    def to_public(self) -> dict[str, Any]:
+    def signing_secrets(self, now_ms: int) -> tuple[str, ...]:
+        """The secrets a callback sent at `now_ms` is signed with: the current one first."""
+        if self.signing_secret is None:
+            return ()
+        if self.previous_signing_secret is not None and self.rotating_at(now_ms):
+            return (self.signing_secret, self.previous_signing_secret)
+        return (self.signing_secret,)
+
+    def rotating_at(self, now_ms: int) -> bool:
+        """Whether the previous secret still signs at `now_ms`."""
+        expires_at = self.previous_secret_expires_at
+        if self.previous_signing_secret is None or expires_at is None:
+            return False
+        return now_ms < expires_at
+
+    def rotate_secret(self, new_secret: str, keep_previous_ms: int, now_ms: int) -> BizType:
+        """`new_secret` signs from now on; the current one too for `keep_previous_ms` more.
+
+        Two secrets at most: a secret still kept from an earlier rotation is dropped."""
+        keep = self.signing_secret is not None and keep_previous_ms > 0
+        return replace(
+            self,
+            signing_secret=new_secret,
+            previous_signing_secret=self.signing_secret if keep else None,
+            previous_secret_expires_at=now_ms + keep_previous_ms if keep else None,
+            updated_at=now_ms,
+        )
+
+    def replaced_by(self, new: BizType, now_ms: int) -> BizType:
+        """`new` as the config that replaces this one (a PUT): a rotation in progress goes on
+        while the current secret stays the same, and ends when it changes."""
+        if new.signing_secret is not None and new.signing_secret == self.signing_secret:
+            if self.rotating_at(now_ms):
+                return replace(
+                    new,
+                    previous_signing_secret=self.previous_signing_secret,
+                    previous_secret_expires_at=self.previous_secret_expires_at,
+                )
+        return new
+
+    def to_public(self, now_ms: int | None = None) -> dict[str, Any]:
+        """What the API shows: never a secret. `signing_secret_rotating_until` is when the
+        previous secret stops signing, while it still does (at `now_ms`, when given)."""
+        rotating = self.previous_signing_secret is not None and (
+            now_ms is None or self.rotating_at(now_ms)
+        )
         return {
             "biz_type": self.biz_type,
             "callback_url": self.callback_url,
@@ -173,6 +221,7 @@ class BizType:
             "timeout_ms": self.timeout_ms,
             "retry": self.retry.to_dict(),
             "has_signing_secret": self.signing_secret is not None,
+            "signing_secret_rotating_until": self.previous_secret_expires_at if rotating else None,
             "paused": self.paused,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -180,8 +229,10 @@ class BizType:
 
     def to_doc(self) -> dict[str, Any]:
         doc = self.to_public()
-        del doc["has_signing_secret"]
+        del doc["has_signing_secret"], doc["signing_secret_rotating_until"]
         doc["signing_secret"] = self.signing_secret
+        doc["previous_signing_secret"] = self.previous_signing_secret
+        doc["previous_secret_expires_at"] = self.previous_secret_expires_at
         return doc
 
     @classmethod
@@ -198,4 +249,6 @@ class BizType:
             paused=d.get("paused", False),
             created_at=d.get("created_at", 0),
             updated_at=d.get("updated_at", 0),
+            previous_signing_secret=d.get("previous_signing_secret"),
+            previous_secret_expires_at=d.get("previous_secret_expires_at"),
         )

@@ -1,6 +1,10 @@
 """The receiving end of a callback (docs/api.md, "Callback protocol"): check it, then read it.
 
-verifier = CallbackVerifier(["new-secret", "old-secret"])
+Callbacks are signed as the Standard Webhooks specification says (timer_service.signing
+has the scheme and how a secret becomes a key); this module verifies them and hands back
+only what was signed: the body, and the idempotency key from the signed `webhook-id`.
+
+verifier = CallbackVerifier(["whsec_new...", "whsec_old..."])
 
 @app.post("/timer-callback")
 async def on_timer(cb: Callback = Depends(verifier)) -> None: ...
@@ -8,19 +12,28 @@ async def on_timer(cb: Callback = Depends(verifier)) -> None: ...
 
 from __future__ import annotations
 
+import base64
+import hmac
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import HTTPException, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from timer_service.signing import signature_matches
+from timer_service.signing import SIGNATURE_VERSION, digest, signing_key
 
-SIGNATURE_HEADER = "x-timer-signature"
-TIMESTAMP_HEADER = "x-timer-timestamp"
-IDEMPOTENCY_HEADER = "idempotency-key"
+ID_HEADER = "webhook-id"
+TIMESTAMP_HEADER = "webhook-timestamp"
+SIGNATURE_HEADER = "webhook-signature"
+SIGNED_HEADERS = (ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER)
+
+# Epoch seconds, canonical (no sign, no leading zero): the text signed is the text parsed.
+_TIMESTAMP = re.compile(r"0|[1-9][0-9]{0,14}")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_OWS = " \t"  # what HTTP allows around a header value
 
 
 class InvalidSignature(ValueError):
@@ -36,7 +49,13 @@ class Callback(BaseModel):
     due_at: int
     fired_at: int
     attempt: int
+    labels: dict[str, str] = Field(default_factory=dict)
     idempotency_key: str
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _no_labels_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
 
 
 def verify_callback(
@@ -47,64 +66,120 @@ def verify_callback(
     *,
     now_ms: int | None = None,
 ) -> Callback:
-    """The callback in `body`, once its signature and timestamp check out; else InvalidSignature."""
-    lowered = {name.lower(): value for name, value in headers.items()}
-    timestamp = _required(lowered, TIMESTAMP_HEADER)
-    signature = _required(lowered, SIGNATURE_HEADER)
-    _check_fresh(timestamp, tolerance_s, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
-    if not any(signature_matches(s, timestamp, body, signature) for s in _secret_list(secrets)):
+    """The callback in `body`, once its signature and timestamp check out; else InvalidSignature.
+
+    `secrets`: one secret or several (during a rotation), each `whsec_...` or a plain string;
+    a secret that is not usable raises ValueError (a configuration error, not a bad callback).
+    """
+    return _verify(body, headers, _keys(secrets), tolerance_s, now_ms)
+
+
+def _verify(
+    body: bytes,
+    headers: Mapping[str, str],
+    keys: Sequence[bytes],
+    tolerance_s: float,
+    now_ms: int | None,
+) -> Callback:
+    signed = _signed_headers(headers)
+    msg_id, timestamp = signed[ID_HEADER], signed[TIMESTAMP_HEADER]
+    if not _TIMESTAMP.fullmatch(timestamp):
+        raise InvalidSignature(f"{TIMESTAMP_HEADER} is not epoch seconds: {timestamp!r}")
+    _check_fresh(
+        int(timestamp), tolerance_s, time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    )
+    candidates = _v1_signatures(signed[SIGNATURE_HEADER])
+    expected = [digest(key, msg_id, timestamp, body) for key in keys]
+    # Every pair is compared, so the time taken says nothing about which one matched.
+    matches = [hmac.compare_digest(e, c) for e in expected for c in candidates]
+    if not any(matches):
         raise InvalidSignature(f"{SIGNATURE_HEADER} does not match any configured secret")
-    return _parse(body, lowered.get(IDEMPOTENCY_HEADER))
+    return _parse(body, msg_id)
 
 
-def _secret_list(secrets: str | Sequence[str]) -> list[str]:
+def _keys(secrets: str | Sequence[str]) -> list[bytes]:
     listed = [secrets] if isinstance(secrets, str) else list(secrets)
-    if not listed or not all(listed):
-        raise ValueError("give at least one non-empty signing secret")
-    return listed
+    if not listed or not all(isinstance(s, str) and s for s in listed):
+        raise ValueError("give at least one non-empty signing secret (str)")
+    return [signing_key(s) for s in listed]
 
 
-def _required(headers: Mapping[str, str], name: str) -> str:
-    value = headers.get(name, "").strip()
-    if not value:
-        raise InvalidSignature(f"missing {name} header")
-    return value
+def _signed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The three Standard Webhooks headers, names matched case-insensitively; each present
+    once (or repeated with the same value), ASCII and non-empty."""
+    found: dict[str, str] = {}
+    for name, value in headers.items():
+        if not (isinstance(name, str) and name.isascii()):
+            continue
+        lowered = name.lower()
+        if lowered not in SIGNED_HEADERS:
+            continue
+        if not isinstance(value, str) or not value.isascii():
+            raise InvalidSignature(f"{lowered} header is not ASCII text")
+        value = value.strip(_OWS)
+        if found.setdefault(lowered, value) != value:
+            raise InvalidSignature(f"{lowered} header given twice with different values")
+    for name in SIGNED_HEADERS:
+        if not found.get(name):
+            raise InvalidSignature(f"missing {name} header")
+    return found
 
 
-def _check_fresh(timestamp: str, tolerance_s: float, now_ms: int) -> None:
-    try:
-        sent_ms = int(timestamp)
-    except ValueError:
-        raise InvalidSignature(f"{TIMESTAMP_HEADER} is not epoch ms: {timestamp!r}") from None
-    skew_ms = now_ms - sent_ms
+def _check_fresh(sent_s: int, tolerance_s: float, now_ms: int) -> None:
+    skew_ms = now_ms - sent_s * 1000
     if abs(skew_ms) > tolerance_s * 1000:
         raise InvalidSignature(
             f"{TIMESTAMP_HEADER} is {skew_ms / 1000:+.3f}s from now, beyond ±{tolerance_s}s"
         )
 
 
-def _parse(body: bytes, idempotency_key: str | None) -> Callback:
+def _v1_signatures(header: str) -> list[bytes]:
+    """The `v1` signatures of a `webhook-signature` value; other versions are skipped."""
+    found = []
+    for entry in header.split():
+        version, comma, encoded = entry.partition(",")
+        if not (version and comma):
+            raise InvalidSignature(f"{SIGNATURE_HEADER} entry is not <version>,<signature>")
+        if version != SIGNATURE_VERSION:
+            continue
+        if not _BASE64.fullmatch(encoded) or len(encoded) % 4:
+            raise InvalidSignature(f"{SIGNATURE_HEADER} v1 entry is not base64")
+        found.append(base64.b64decode(encoded))
+    if not found:
+        raise InvalidSignature(f"{SIGNATURE_HEADER} has no {SIGNATURE_VERSION} signature")
+    return found
+
+
+def _parse(body: bytes, msg_id: str) -> Callback:
+    """The signed body as a Callback; its key is the signed webhook-id, which must name it."""
     try:
         doc = json.loads(body)
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-        # Always sent (docs/api.md); derived the same way when a proxy dropped it.
-        key = idempotency_key or f"{doc.get('biz_type')}:{doc.get('job_id')}"
-        return Callback.model_validate({**doc, "idempotency_key": key})
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise InvalidSignature(f"signed body is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidSignature("signed body is not a callback: not a JSON object")
+    try:
+        callback = Callback.model_validate({**doc, "idempotency_key": msg_id})
+    except ValidationError as exc:
         raise InvalidSignature(f"signed body is not a callback: {exc}") from None
+    if msg_id != f"{callback.biz_type}:{callback.job_id}":
+        raise InvalidSignature(
+            f"{ID_HEADER} {msg_id!r} is not the body's <biz_type>:<job_id>"
+            f" {callback.biz_type}:{callback.job_id}"
+        )
+    return callback
 
 
 class CallbackVerifier:
     """A FastAPI dependency: the verified `Callback`, or 401."""
 
     def __init__(self, secrets: str | Sequence[str], tolerance_s: float = 300) -> None:
-        self._secrets = tuple(_secret_list(secrets))
+        self._keys = _keys(secrets)
         self._tolerance_s = tolerance_s
 
     async def __call__(self, request: Request) -> Callback:
         body = await request.body()
         try:
-            return verify_callback(body, request.headers, self._secrets, self._tolerance_s)
+            return _verify(body, request.headers, self._keys, self._tolerance_s, None)
         except InvalidSignature as exc:
             raise HTTPException(status_code=401, detail=str(exc)) from None

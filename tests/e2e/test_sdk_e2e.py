@@ -302,7 +302,7 @@ async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
 
     # The dependency refuses what the service did not sign, and accepts the old secret too.
     body, headers = business_app.raw[0]
-    signed = {k: v for k, v in headers.items() if k.startswith(("x-timer", "idempotency"))}
+    signed = {k: v for k, v in headers.items() if k.startswith(("webhook-", "idempotency"))}
     doc = json.loads(body)
     tampered = json.dumps({**doc, "payload": {"evil": True}}).encode()
     async with httpx.AsyncClient(base_url=business_app.url(""), timeout=10) as http:
@@ -315,25 +315,23 @@ async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
         before = sum(len(v) for v in business_app.received.values())
         r = await post(tampered, signed)
         assert r.status_code == 401, f"tampered body: expected 401, got {r.status_code} {r.text}"
-        unsigned = {k: v for k, v in signed.items() if k != "x-timer-signature"}
+        unsigned = {k: v for k, v in signed.items() if k != "webhook-signature"}
         r = await post(body, unsigned)
         assert r.status_code == 401, f"unsigned: expected 401, got {r.status_code} {r.text}"
-        stale_ts = str(now_ms() - 600_000)
-        stale = {
-            **signed,
-            "x-timer-timestamp": stale_ts,
-            "x-timer-signature": sign(NEW_SECRET, stale_ts, body),
-        }
+        stale_s = str(now_ms() // 1000 - 600)
+        stale_sig = sign(NEW_SECRET, signed["webhook-id"], stale_s, body)
+        stale = {**signed, "webhook-timestamp": stale_s, "webhook-signature": stale_sig}
         r = await post(body, stale)
         assert r.status_code == 401, f"stale timestamp: expected 401, got {r.status_code}"
         assert sum(len(v) for v in business_app.received.values()) == before
-        ts = str(now_ms())
+        ts = str(now_ms() // 1000)
         own = json.dumps({**doc, "biz_type": "self-signed"}).encode()
-        old_signed = {"x-timer-timestamp": ts, "x-timer-signature": sign(OLD_SECRET, ts, own)}
-        r = await post(own, old_signed)
+        own_id = f"self-signed:{doc['job_id']}"
+        forged = {"idempotency-key": "forged", "webhook-id": own_id, "webhook-timestamp": ts}
+        r = await post(own, {**forged, "webhook-signature": sign(OLD_SECRET, own_id, ts, own)})
         assert r.status_code == 200, f"old secret: expected 200, got {r.status_code} {r.text}"
         (cb,) = business_app.received[("self-signed", doc["job_id"])]
-        assert cb.idempotency_key == f"self-signed:{doc['job_id']}", cb
+        assert cb.idempotency_key == own_id, f"expected the signed webhook-id, got {cb}"
     print(f"[{stack.kind}] SDK test took {time.monotonic() - started:.1f} s")
 
 

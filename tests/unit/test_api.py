@@ -176,6 +176,7 @@ async def test_put_biz_type_creates_with_defaults(make_api: Callable[..., Any]) 
             "multiplier": 2.0,
         },
         "has_signing_secret": False,
+        "signing_secret_rotating_until": None,
         "paused": False,
         "created_at": NOW,
         "updated_at": NOW,

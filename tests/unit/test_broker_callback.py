@@ -1,7 +1,8 @@
-"""The callback protocol, pure: body, headers, signature, Retry-After, backoff, verdicts."""
+"""The callback protocol, pure: body, headers, signatures, Retry-After, backoff, verdicts."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import hashlib
 import hmac
@@ -50,21 +51,51 @@ def test_body_is_the_contract_json_with_the_payload_as_registered() -> None:
     assert b'"payload":{"order":42,"name":"Zo\xc3\xab"}' in request.body
 
 
-def test_headers_and_signature() -> None:
-    request = build_request(make_biz("s3cret"), make_job(), attempt=1, fired_at=NOW + 3)
+def test_headers_and_standard_webhooks_signature() -> None:
+    fired_at = NOW + 1003
+    request = build_request(make_biz("s3cret"), make_job(), attempt=1, fired_at=fired_at)
     h = request.headers
-    assert h["Content-Type"] == "application/json"
-    assert h["Idempotency-Key"] == "orders:order-42"
-    assert h["X-Timer-Attempt"] == "1"
-    assert h["X-Timer-Timestamp"] == str(NOW + 3)
-    mac = hmac.new(b"s3cret", f"{NOW + 3}.".encode() + request.body, hashlib.sha256)
-    expected = "sha256=" + mac.hexdigest()
-    assert h["X-Timer-Signature"] == expected, f"expected {expected}, got {h['X-Timer-Signature']}"
+    mac = hmac.new(b"s3cret", f"orders:order-42.{fired_at // 1000}.".encode() + request.body,
+                   hashlib.sha256)  # fmt: skip
+    expected = {
+        "Content-Type": "application/json",
+        "User-Agent": "timer-service/0.1.0",
+        "Idempotency-Key": "orders:order-42",
+        "X-Timer-Attempt": "1",
+        "X-Timer-Timestamp": str(fired_at),
+        "webhook-id": "orders:order-42",
+        "webhook-timestamp": str(fired_at // 1000),
+        "webhook-signature": "v1," + base64.b64encode(mac.digest()).decode(),
+    }
+    assert h == expected, f"expected {expected}, got {h}"
 
 
 def test_no_signature_without_secret() -> None:
     request = build_request(make_biz(None), make_job(), attempt=1, fired_at=NOW)
-    assert "X-Timer-Signature" not in request.headers, f"got {request.headers}"
+    assert "webhook-signature" not in request.headers, f"got {request.headers}"
+    assert request.headers["webhook-id"] == "orders:order-42", f"got {request.headers}"
+
+
+def test_during_a_rotation_both_secrets_sign_the_new_one_first() -> None:
+    biz = make_biz("old").rotate_secret("new", keep_previous_ms=60_000, now_ms=NOW)
+
+    during = build_request(biz, make_job(), attempt=1, fired_at=NOW + 59_999)
+    after = build_request(biz, make_job(), attempt=1, fired_at=NOW + 60_000)
+
+    def entry(secret: bytes, request_body: bytes, timestamp_s: int) -> str:
+        content = f"orders:order-42.{timestamp_s}.".encode() + request_body
+        return "v1," + base64.b64encode(hmac.digest(secret, content, "sha256")).decode()
+
+    ts = (NOW + 59_999) // 1000
+    expected = f"{entry(b'new', during.body, ts)} {entry(b'old', during.body, ts)}"
+    assert during.headers["webhook-signature"] == expected, during.headers
+    expected = entry(b"new", after.body, (NOW + 60_000) // 1000)
+    assert after.headers["webhook-signature"] == expected, after.headers
+
+
+def test_an_unusable_stored_secret_signs_nothing_instead_of_failing() -> None:
+    request = build_request(make_biz("whsec_short"), make_job(), attempt=1, fired_at=NOW)
+    assert "webhook-signature" not in request.headers, f"got {request.headers}"
 
 
 @pytest.mark.parametrize(

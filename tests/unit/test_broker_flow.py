@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import itertools
 import json
 import time
@@ -22,10 +20,12 @@ import pytest
 from aiohttp import web
 
 from broker.app import Broker
+from broker.callback import USER_AGENT
 from timer_service.clock import SystemClock
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, JobState, RetryPolicy, second_of
+from timer_service.receiver import verify_callback
 from timer_service.runtime import cancel_and_wait
 from timer_service.settings import Settings
 from timer_service.store.base import Store
@@ -273,8 +273,10 @@ async def test_delivers_on_time_never_early_with_contract_headers(world: World) 
         assert r.headers["Content-Type"] == "application/json"
         assert r.headers["Content-Length"] == str(len(r.body))
         assert "chunked" not in r.headers.get("Transfer-Encoding", "")
-        mac = hmac.new(b"s3cret", f"{body['fired_at']}.".encode() + r.body, hashlib.sha256)
-        assert r.headers["X-Timer-Signature"] == "sha256=" + mac.hexdigest()
+        assert r.headers["User-Agent"] == USER_AGENT
+        assert r.headers["webhook-timestamp"] == str(body["fired_at"] // 1000)
+        verified = verify_callback(r.body, r.headers, "s3cret", now_ms=body["fired_at"])
+        assert verified.idempotency_key == f"orders:{body['job_id']}", verified
     for job in done:
         (attempt,) = job.history
         body = world.receiver.for_job(job.job_id)[0].json
@@ -458,7 +460,7 @@ async def test_config_change_applies_without_restart(world: World) -> None:
     await world.daemon.dispatch_once()
     await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
     (r,) = world.receiver.received
-    assert r.path == "/moved" and "X-Timer-Signature" in r.headers, f"got {r.path} {r.headers}"
+    assert r.path == "/moved" and "webhook-signature" in r.headers, f"got {r.path} {r.headers}"
 
 
 async def test_deleted_biz_type_stops_its_consumer(world: World) -> None:

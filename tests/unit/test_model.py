@@ -1,4 +1,4 @@
-from timer_service.model import RetryPolicy, canonical_json, same_payload
+from timer_service.model import BizType, RetryPolicy, canonical_json, same_payload
 
 
 def test_backoff_follows_the_contract_formula() -> None:
@@ -16,3 +16,35 @@ def test_payloads_compare_as_json_values() -> None:
     assert same_payload('{"a":1,"b":2}', '{"b": 2, "a": 1}')
     assert not same_payload('{"a":1}', '{"a":1.0}')
     assert canonical_json('{"b":1,"a":[1,2]}') == '{"a":[1,2],"b":1}'
+
+
+def test_a_rotation_signs_with_both_secrets_until_the_window_closes() -> None:
+    biz = BizType("orders", "http://x/", signing_secret="old")
+    rotating = biz.rotate_secret("new", keep_previous_ms=1000, now_ms=5000)
+    assert rotating.signing_secrets(5000) == ("new", "old")
+    assert rotating.signing_secrets(5999) == ("new", "old")
+    assert rotating.signing_secrets(6000) == ("new",)
+    assert rotating.to_public(5999)["signing_secret_rotating_until"] == 6000
+    assert rotating.to_public(6000)["signing_secret_rotating_until"] is None
+    public = rotating.to_public(5000)
+    assert "old" not in public.values() and "new" not in public.values(), public
+
+
+def test_rotating_without_a_window_or_a_secret_keeps_nothing() -> None:
+    unsigned = BizType("orders", "http://x/")
+    assert unsigned.signing_secrets(0) == ()
+    for biz in (unsigned, BizType("orders", "http://x/", signing_secret="old")):
+        rotated = biz.rotate_secret(
+            "new", keep_previous_ms=0 if biz.signing_secret else 60, now_ms=1
+        )
+        assert rotated.previous_signing_secret is None, rotated
+        assert rotated.signing_secrets(1) == ("new",)
+
+
+def test_a_replacing_config_keeps_a_running_rotation_only_with_the_same_secret() -> None:
+    rotating = BizType("orders", "http://x/", signing_secret="old").rotate_secret("new", 1000, 0)
+    same = BizType("orders", "http://y/", signing_secret="new")
+    assert rotating.replaced_by(same, 500).signing_secrets(500) == ("new", "old")
+    assert rotating.replaced_by(same, 1000).signing_secrets(500) == ("new",)  # already over
+    other = BizType("orders", "http://y/", signing_secret="other")
+    assert rotating.replaced_by(other, 500).signing_secrets(500) == ("other",)

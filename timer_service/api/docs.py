@@ -16,9 +16,16 @@ from timer_service.api.schemas import (
     JobCreateIn,
     JobPatchIn,
     ProblemOut,
+    SecretRotateIn,
 )
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (BizTypeIn, JobCreateIn, JobBatchIn, JobPatchIn)
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    BizTypeIn,
+    SecretRotateIn,
+    JobCreateIn,
+    JobBatchIn,
+    JobPatchIn,
+)
 
 _DESCRIPTIONS = {
     400: "The body is not valid JSON",
@@ -43,11 +50,11 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def json_body(model: type[BaseModel]) -> dict[str, Any]:
+def json_body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
     """`openapi_extra=` for a handler that parses its JSON body itself."""
     return {
         "requestBody": {
-            "required": True,
+            "required": required,
             "content": {
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
             },

@@ -7,13 +7,20 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
-from timer_service.api.bodies import read_json, validate
+from timer_service.api.bodies import parse_json, read_json, validate
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
-from timer_service.api.schemas import BizTypeIn, BizTypeListOut, BizTypeOut
+from timer_service.api.schemas import (
+    BizTypeIn,
+    BizTypeListOut,
+    BizTypeOut,
+    SecretRotatedOut,
+    SecretRotateIn,
+)
 from timer_service.constants import BIZ_TYPE_PATTERN
 from timer_service.model import BizType, RetryPolicy
+from timer_service.signing import generate_secret
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 
@@ -48,9 +55,38 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             created_at=now,
             updated_at=now,
         )
+        existing = await store.biz_types.get_biz_type(biz_type)
+        if existing is not None:
+            biz = existing.replaced_by(biz, now)
         was_created = await store.biz_types.put_biz_type(biz)
         stored = await store.biz_types.get_biz_type(biz_type) or biz
-        return JSONResponse(stored.to_public(), 201 if was_created else 200)
+        return JSONResponse(stored.to_public(now), 201 if was_created else 200)
+
+    @router.post(
+        "/biz-types/{biz_type}/secret:rotate",
+        summary="Give a biz type a new signing secret, shown once in the answer",
+        description=(
+            "Callbacks are signed with the new secret from now on and, for"
+            " `keep_previous_for_s`, with the secret it replaces too (two `v1,` entries in"
+            " `webhook-signature`), so receivers can switch over without losing a callback."
+            " A secret still kept from an earlier rotation is dropped. An empty body takes"
+            " the defaults."
+        ),
+        response_model=SecretRotatedOut,
+        responses=problems(400, 404, 413, 422),
+        openapi_extra=json_body(SecretRotateIn, required=False),
+    )
+    async def rotate_secret(biz_type: BizTypePath, request: Request) -> Response:
+        raw = await request.body()
+        rotation = validate(SecretRotateIn, parse_json(raw) if raw.strip() else {})
+        biz = await store.biz_types.get_biz_type(biz_type)
+        if biz is None:
+            raise Problem(404, f"No biz type {biz_type!r}.")
+        now = clock.now_ms()
+        new_secret = rotation.signing_secret or generate_secret()
+        rotated = biz.rotate_secret(new_secret, rotation.keep_previous_for_s * 1000, now)
+        await store.biz_types.put_biz_type(rotated)
+        return JSONResponse({**rotated.to_public(now), "signing_secret": new_secret})
 
     @router.get(
         "/biz-types",
@@ -59,7 +95,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
     )
     async def list_biz_types() -> Response:
         items = await store.biz_types.list_biz_types()
-        return JSONResponse({"items": [biz.to_public() for biz in items]})
+        now = clock.now_ms()
+        return JSONResponse({"items": [biz.to_public(now) for biz in items]})
 
     @router.get(
         "/biz-types/{biz_type}",
@@ -71,7 +108,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         biz = await store.biz_types.get_biz_type(biz_type)
         if biz is None:
             raise Problem(404, f"No biz type {biz_type!r}.")
-        return JSONResponse(biz.to_public())
+        return JSONResponse(biz.to_public(clock.now_ms()))
 
     @router.delete(
         "/biz-types/{biz_type}",

@@ -22,8 +22,14 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN
+from timer_service.constants import (
+    BIZ_TYPE_PATTERN,
+    DEFAULT_SECRET_OVERLAP_S,
+    JOB_ID_PATTERN,
+    MAX_SECRET_OVERLAP_S,
+)
 from timer_service.model import JobState, RetryPolicy
+from timer_service.signing import signing_key
 
 # Every stored integer fits MongoDB's int64 and a JSON double exactly.
 MAX_INT = 2**53
@@ -79,6 +85,24 @@ def _http_url(value: str) -> str:
     return value
 
 
+def _usable_secret(value: str) -> str:
+    signing_key(value)  # raises InvalidSecret (a ValueError) saying what is wrong
+    return value
+
+
+SigningSecret = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=4096),
+    AfterValidator(_usable_secret),
+    Field(
+        description=(
+            "A Standard Webhooks secret (`whsec_` + base64 of at least 16 bytes), or any other"
+            " string, whose UTF-8 bytes are then the HMAC key."
+        ),
+        examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    ),
+]
+
 DueAt = Annotated[
     int,
     PlainValidator(_due_at_ms),
@@ -127,8 +151,20 @@ class BizTypeIn(_Strict):
     max_concurrency: int = Field(16, ge=1, le=MAX_INT)
     timeout_ms: int = Field(10000, ge=1, le=MAX_INT)
     retry: RetryPolicyIn = Field(default_factory=lambda: RetryPolicyIn.model_validate({}))
-    signing_secret: str | None = Field(None, min_length=1, max_length=4096)
+    signing_secret: SigningSecret | None = None
     paused: bool = False
+
+
+class SecretRotateIn(_Strict):
+    signing_secret: SigningSecret | None = Field(
+        None, description="The new secret; absent = a new random `whsec_` secret."
+    )
+    keep_previous_for_s: int = Field(
+        DEFAULT_SECRET_OVERLAP_S,
+        ge=0,
+        le=MAX_SECRET_OVERLAP_S,
+        description="How long callbacks are also signed with the secret replaced (0 = not).",
+    )
 
 
 def _exactly_one_due(schema: dict[str, Any]) -> None:
@@ -185,6 +221,9 @@ class BizTypeOut(BaseModel):
     timeout_ms: int
     retry: RetryPolicyOut
     has_signing_secret: bool
+    signing_secret_rotating_until: int | None = Field(
+        description="While callbacks are also signed with the previous secret: until when."
+    )
     paused: bool
     created_at: int
     updated_at: int
@@ -192,6 +231,10 @@ class BizTypeOut(BaseModel):
 
 class BizTypeListOut(BaseModel):
     items: list[BizTypeOut]
+
+
+class SecretRotatedOut(BizTypeOut):
+    signing_secret: str = Field(description="The new secret; shown this once, never again.")
 
 
 class AttemptOut(BaseModel):
