@@ -31,7 +31,7 @@ def _sdk_version() -> str:
     # From the installed distribution, not `timer_service.__version__`: an editable install
     # can leave `timer_service` a namespace package (no __init__), and the import then failed.
     try:
-        return version("timer-service")
+        return version("callback-timer-service")
     except PackageNotFoundError:
         return "0+unknown"
 
