@@ -1,9 +1,9 @@
 """The receiving end of a callback (docs/api.md, "Callback protocol"): check it, then read it.
 
-verifier = CallbackVerifier(["new-secret", "old-secret"])
+    callback = verify_callback(body, headers, ["new-secret", "old-secret"])
 
-@app.post("/timer-callback")
-async def on_timer(cb: Callback = Depends(verifier)) -> None: ...
+Needs only pydantic. `CallbackVerifier`, the same check as a FastAPI dependency, is in
+`receiver_fastapi` and is imported from here on first use, so FastAPI stays optional.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import HTTPException, Request
 from pydantic import BaseModel, ConfigDict
 
 from timer_service.signing import signature_matches
+
+if TYPE_CHECKING:
+    from timer_service.receiver_fastapi import CallbackVerifier as CallbackVerifier
 
 SIGNATURE_HEADER = "x-timer-signature"
 TIMESTAMP_HEADER = "x-timer-timestamp"
@@ -52,12 +54,12 @@ def verify_callback(
     timestamp = _required(lowered, TIMESTAMP_HEADER)
     signature = _required(lowered, SIGNATURE_HEADER)
     _check_fresh(timestamp, tolerance_s, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
-    if not any(signature_matches(s, timestamp, body, signature) for s in _secret_list(secrets)):
+    if not any(signature_matches(s, timestamp, body, signature) for s in secret_list(secrets)):
         raise InvalidSignature(f"{SIGNATURE_HEADER} does not match any configured secret")
     return _parse(body, lowered.get(IDEMPOTENCY_HEADER))
 
 
-def _secret_list(secrets: str | Sequence[str]) -> list[str]:
+def secret_list(secrets: str | Sequence[str]) -> list[str]:
     listed = [secrets] if isinstance(secrets, str) else list(secrets)
     if not listed or not all(listed):
         raise ValueError("give at least one non-empty signing secret")
@@ -95,16 +97,16 @@ def _parse(body: bytes, idempotency_key: str | None) -> Callback:
         raise InvalidSignature(f"signed body is not a callback: {exc}") from None
 
 
-class CallbackVerifier:
-    """A FastAPI dependency: the verified `Callback`, or 401."""
-
-    def __init__(self, secrets: str | Sequence[str], tolerance_s: float = 300) -> None:
-        self._secrets = tuple(_secret_list(secrets))
-        self._tolerance_s = tolerance_s
-
-    async def __call__(self, request: Request) -> Callback:
-        body = await request.body()
-        try:
-            return verify_callback(body, request.headers, self._secrets, self._tolerance_s)
-        except InvalidSignature as exc:
-            raise HTTPException(status_code=401, detail=str(exc)) from None
+def __getattr__(name: str) -> Any:
+    if name != "CallbackVerifier":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from timer_service.receiver_fastapi import CallbackVerifier
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("fastapi", "starlette"):
+            raise
+        raise ImportError(
+            "CallbackVerifier is a FastAPI dependency and needs FastAPI: "
+            "pip install 'callback-timer-service-sdk[fastapi]'"
+        ) from exc
+    return CallbackVerifier
