@@ -27,13 +27,19 @@ RETRIED_STATUSES = frozenset({502, 503, 504})
 MAX_BACKOFF_S = 5.0
 
 
+# The SDK ships alone (clients/python) and inside the service, whose CLI uses it.
+DISTRIBUTIONS = ("callback-timer-service-sdk", "callback-timer-service")
+
+
 def _sdk_version() -> str:
     # From the installed distribution, not `timer_service.__version__`: an editable install
     # can leave `timer_service` a namespace package (no __init__), and the import then failed.
-    try:
-        return version("callback-timer-service")
-    except PackageNotFoundError:
-        return "0+unknown"
+    for distribution in DISTRIBUTIONS:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return "0+unknown"
 
 
 USER_AGENT = f"timer-service-sdk/{_sdk_version()}"
