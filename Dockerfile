@@ -22,7 +22,7 @@ COPY broker ./broker
 # which ship manylinux wheels: no compiler needed) into a self-contained venv.
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
- && /opt/venv/bin/pip install --no-cache-dir /wheels/timer_service-*.whl \
+ && /opt/venv/bin/pip install --no-cache-dir /wheels/callback_timer_service-*.whl \
  && /opt/venv/bin/timer-service --help > /dev/null
 
 

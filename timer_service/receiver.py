@@ -4,10 +4,10 @@ Callbacks are signed as the Standard Webhooks specification says (timer_service.
 has the scheme and how a secret becomes a key); this module verifies them and hands back
 only what was signed: the body, and the idempotency key from the signed `webhook-id`.
 
-verifier = CallbackVerifier(["whsec_new...", "whsec_old..."])
+    callback = verify_callback(body, headers, ["whsec_new...", "whsec_old..."])
 
-@app.post("/timer-callback")
-async def on_timer(cb: Callback = Depends(verifier)) -> None: ...
+Needs only pydantic. `CallbackVerifier`, the same check as a FastAPI dependency, is in
+`receiver_fastapi` and is imported from here on first use, so FastAPI stays optional.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from timer_service.signing import SIGNATURE_VERSION, digest, signing_key
+
+if TYPE_CHECKING:
+    from timer_service.receiver_fastapi import CallbackVerifier as CallbackVerifier
 
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"
@@ -170,16 +172,16 @@ def _parse(body: bytes, msg_id: str) -> Callback:
     return callback
 
 
-class CallbackVerifier:
-    """A FastAPI dependency: the verified `Callback`, or 401."""
-
-    def __init__(self, secrets: str | Sequence[str], tolerance_s: float = 300) -> None:
-        self._keys = _keys(secrets)
-        self._tolerance_s = tolerance_s
-
-    async def __call__(self, request: Request) -> Callback:
-        body = await request.body()
-        try:
-            return _verify(body, request.headers, self._keys, self._tolerance_s, None)
-        except InvalidSignature as exc:
-            raise HTTPException(status_code=401, detail=str(exc)) from None
+def __getattr__(name: str) -> Any:
+    if name != "CallbackVerifier":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from timer_service.receiver_fastapi import CallbackVerifier
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("fastapi", "starlette"):
+            raise
+        raise ImportError(
+            "CallbackVerifier is a FastAPI dependency and needs FastAPI: "
+            "pip install 'callback-timer-service-sdk[fastapi]'"
+        ) from exc
+    return CallbackVerifier

@@ -1,0 +1,1 @@
+../../../timer_service/__init__.py

@@ -1,0 +1,1 @@
+../../../timer_service/receiver.py

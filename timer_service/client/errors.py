@@ -1,0 +1,87 @@
+"""One error class per status the API answers with, built from its problem document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class TimerApiError(Exception):
+    """The timer service answered with an error."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        title = problem.get("title") or (self.__doc__ or "").strip()
+        detail = problem.get("detail")
+        super().__init__(f"{status} {title}" + (f": {detail}" if detail else ""))
+
+
+class ClientError(TimerApiError):
+    """The request was refused (4xx)."""
+
+
+class BadRequest(ClientError):
+    """The body is not valid JSON (400)."""
+
+
+class Unauthorized(ClientError):
+    """Missing or wrong bearer token (401)."""
+
+
+class NotFoundError(ClientError):
+    """No such resource (404)."""
+
+
+class ConflictError(ClientError):
+    """The resource is in a state that does not allow this (409)."""
+
+
+class PayloadTooLargeError(ClientError):
+    """The body or payload is too large (413)."""
+
+
+class ValidationFailed(ClientError):
+    """A well-formed request broke a rule (422); see `problem["errors"]`."""
+
+
+class ServerError(TimerApiError):
+    """The service failed (5xx)."""
+
+
+_ERROR_BY_STATUS: dict[int, type[TimerApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: ValidationFailed,
+}
+
+
+def error_for(status: int, problem: dict[str, Any]) -> TimerApiError:
+    default = ServerError if status >= 500 else ClientError
+    return _ERROR_BY_STATUS.get(status, default)(status, problem)
+
+
+def checked(response: httpx.Response) -> httpx.Response:
+    """The response itself when it is not an error; else its error, raised."""
+    if response.is_error:
+        raise error_for(response.status_code, _problem_of(response))
+    return response
+
+
+def _problem_of(response: httpx.Response) -> dict[str, Any]:
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        return doc
+    return {
+        "type": "about:blank",
+        "title": response.reason_phrase,
+        "status": response.status_code,
+        "detail": response.text[:1000],
+    }
