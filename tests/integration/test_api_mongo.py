@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.faultproxy import FaultProxy
 from tests.support import VENV_BIN, SecantusServer, free_port, unique_name, wait_port
 
 pytestmark = pytest.mark.integration
@@ -215,3 +216,39 @@ def test_signal_stops_cleanly_with_exit_0(api_process: ApiProcess, sig: int) -> 
     assert code == 0, f"expected exit 0 on {signal.Signals(sig).name}, got {code}:\n" + (
         api_process.log()
     )
+
+
+async def test_a_store_that_stops_answering_is_503_then_recovers(secantus: SecantusServer) -> None:
+    """The real process over a store that refuses connections (a TCP fault proxy)."""
+    with FaultProxy.from_url(secantus.url) as proxy:
+        process = ApiProcess(proxy.url_for(secantus.url))
+        process.start()
+        try:
+            async with httpx.AsyncClient(base_url=process.url, timeout=30) as client:
+                put = await client.put(
+                    "/v1/biz-types/orders", json={"callback_url": "http://127.0.0.1:9/cb"}
+                )
+                assert put.status_code == 201, put.text
+                proxy.set_mode("refuse")
+                proxy.reset_all()
+                started = time.monotonic()
+                got = await client.get("/v1/jobs/orders/a")
+                took_s = time.monotonic() - started
+                assert got.status_code == 503, got.text
+                assert got.headers.get("Retry-After"), got.headers
+                assert "pymongo" not in got.text and "refused" not in got.text.lower(), got.text
+                ready = await client.get("/readyz")
+                assert ready.status_code == 503 and "pymongo" not in ready.text, ready.text
+                proxy.set_mode("pass")
+                for _ in range(100):
+                    if (await client.get("/readyz")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.2)
+                created = await client.post(
+                    "/v1/jobs", json={"biz_type": "orders", "job_id": "a", "delay_ms": 60_000}
+                )
+                assert created.status_code == 201, created.text
+                assert took_s < 15, f"the 503 took {took_s:.1f} s"
+        finally:
+            process.stop()
+            process.log_path.unlink(missing_ok=True)

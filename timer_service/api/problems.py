@@ -179,6 +179,9 @@ class UnhandledErrorMiddleware:
             await response(scope, receive, send)
 
 
+STORE_RETRY_AFTER_S = 2
+
+
 def _domain_status(exc: TimerServiceError) -> int:
     if isinstance(exc, NotFound):
         return 404
@@ -202,4 +205,12 @@ async def on_domain_error(_: Request, exc: Exception) -> Response:
         return problem_response(500, "An unexpected error occurred.")
     if isinstance(exc, InvalidInput):
         return problem_response(422, str(exc), [field_error(exc.loc, str(exc))])
+    if isinstance(exc, StoreUnavailable):
+        log.warning("store unavailable", extra={"error": repr(exc.__cause__ or exc)})
+        return problem_response(
+            503,
+            "The job store is not answering. Try again shortly (creates are idempotent:"
+            " retrying one is safe).",
+            headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+        )
     return problem_response(status, str(exc))

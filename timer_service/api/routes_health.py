@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
@@ -14,6 +15,8 @@ from timer_service.api.schemas import HealthOut
 from timer_service.metrics import CONTENT_TYPE_LATEST, render
 
 READY_TIMEOUT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def build_health_router(ctx: ApiContext) -> APIRouter:
@@ -38,8 +41,12 @@ def build_health_router(ctx: ApiContext) -> APIRouter:
                 for check in checks:
                     await check()
         except Exception as exc:  # any failure, or no answer in time, means not ready
-            detail = str(exc) or type(exc).__name__
-            return problem_response(503, f"Not ready: {detail}")
+            log.warning("not ready", extra={"error": repr(exc.__cause__ or exc)})
+            return problem_response(
+                503,
+                "Not ready: a dependency (the job store or the queue) did not answer.",
+                headers={"Retry-After": "2"},
+            )
         return JSONResponse({"status": "ok"})
 
     @router.get(

@@ -10,8 +10,10 @@ from urllib.parse import parse_qs, urlsplit
 from pymongo import ASCENDING, AsyncMongoClient
 from pymongo.errors import OperationFailure
 
+from timer_service.errors import StoreUnavailable
 from timer_service.store.mongo.biz_types import MongoBizTypes
 from timer_service.store.mongo.dispatch import MongoDispatch
+from timer_service.store.mongo.errors import UNAVAILABLE, translated
 from timer_service.store.mongo.jobs import MongoJobs
 from timer_service.store.mongo.layout import Doc, Layout
 from timer_service.store.mongo.leases import MongoLeases
@@ -56,11 +58,11 @@ class MongoStore:
         )
         self.layout = Layout(self._client, db_name, buckets, retention_ms)
         mover = Mover(self.layout)
-        self.biz_types = MongoBizTypes(self.layout)
-        self.jobs = MongoJobs(self.layout, mover)
-        self.dispatch = MongoDispatch(self.layout)
-        self.leases = MongoLeases(self.layout)
-        self.outcomes = MongoOutcomes(self.layout, mover)
+        self.biz_types = translated(MongoBizTypes(self.layout))
+        self.jobs = translated(MongoJobs(self.layout, mover))
+        self.dispatch = translated(MongoDispatch(self.layout))
+        self.leases = translated(MongoLeases(self.layout))
+        self.outcomes = translated(MongoOutcomes(self.layout, mover))
 
     @property
     def database(self) -> Any:
@@ -92,7 +94,10 @@ class MongoStore:
         await self._client.close()
 
     async def ping(self) -> None:
-        await self.layout.db.command("ping")
+        try:
+            await self.layout.db.command("ping")
+        except UNAVAILABLE as exc:
+            raise StoreUnavailable(f"the store did not answer ({type(exc).__name__})") from exc
 
     async def drop_database(self) -> None:
         await self._client.drop_database(self.layout.db.name)
