@@ -21,6 +21,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+SUPERVISE_EVERY_S = 0.5
+RESTART_TIMEOUT_S = 60.0
 
 
 class EmbeddedStoreMissing(RuntimeError):
@@ -45,10 +47,16 @@ def _free_port() -> int:
 
 
 class EmbeddedStore:
+    """The child store process, started in a session of its own (a terminal's Ctrl-C
+    reaches `dev`, which stops the store last) and restarted on its port if it dies."""
+
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = 0
+        self.restarts = 0
+        self._exe = ""
         self._proc: subprocess.Popen[bytes] | None = None
+        self._supervisor: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -66,10 +74,12 @@ class EmbeddedStore:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # The port is picked before the child binds it, so another process can take it in
         # between; the child then exits at once and a fresh port is tried.
+        self._exe = exe
         for attempt in range(1, attempts + 1):
             self.port = _free_port()
             try:
                 await self._spawn(exe, timeout_s)
+                self._supervisor = asyncio.create_task(self._supervise(), name="store-watch")
                 return
             except _ExitedEarly as exc:
                 if attempt == attempts:
@@ -94,6 +104,9 @@ class EmbeddedStore:
             stdout=log_file,
             stderr=log_file,
             preexec_fn=_die_with_parent,
+            # Its own session: the terminal's SIGINT goes to `dev` alone, which then
+            # stops the store after the service (it must not die first).
+            start_new_session=True,
         )
         log_file.close()
         loop = asyncio.get_running_loop()
@@ -115,7 +128,31 @@ class EmbeddedStore:
             return
         raise TimeoutError(f"the embedded store did not listen within {timeout_s}s")
 
+    async def _supervise(self) -> None:
+        """Restart the store on the same port (the clients' URL) whenever it exits."""
+        while True:
+            await asyncio.sleep(SUPERVISE_EVERY_S)
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue
+            log.error(
+                "embedded store exited; restarting it",
+                extra={"returncode": proc.returncode, "port": self.port},
+            )
+            self._proc = None
+            try:
+                await self._spawn(self._exe, RESTART_TIMEOUT_S)
+                self.restarts += 1
+                log.info("embedded store restarted", extra={"port": self.port})
+            except Exception as exc:  # try again on the next round
+                log.error("embedded store did not restart", extra={"error": repr(exc)})
+
     async def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
         if self._proc is None:
             return
         self._proc.send_signal(signal.SIGTERM)
