@@ -296,14 +296,16 @@ def run() -> int:
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
-    from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+    from tenacity import AsyncRetrying, retry_if_not_exception_type, wait_exponential
 
     from timer_service import wiring
+    from timer_service.errors import LayoutMismatch
     from timer_service.ops_http import OpsServer
 
     async def retried(what: str, call: Callable[[], Awaitable[None]]) -> None:
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(Exception),
+            # A layout mismatch is a configuration error: retrying cannot mend it.
+            retry=retry_if_not_exception_type(LayoutMismatch),
             wait=wait_exponential(multiplier=0.2, max=5),
             before_sleep=lambda s: log.warning(
                 f"{what} failed, retrying",

@@ -34,3 +34,7 @@ class LeaseLost(TimerServiceError):
 
 class StoreUnavailable(TimerServiceError):
     """The job store does not answer."""
+
+
+class LayoutMismatch(TimerServiceError):
+    """The store was initialised with another layout than this process is configured for."""

@@ -16,6 +16,7 @@ from timer_service import wiring
 from timer_service.api.app import create_app
 from timer_service.api.limits import SERVER_HEADER_BYTES, HeaderLimitMiddleware
 from timer_service.clock import SystemClock
+from timer_service.errors import LayoutMismatch
 from timer_service.logs import setup_logging
 from timer_service.metrics import Metrics
 from timer_service.runtime import freeze_startup_heap, run_until_signal
@@ -96,6 +97,8 @@ async def _setup_store(store: Store, stop: asyncio.Event) -> bool:
         try:
             await store.setup()
             return True
+        except LayoutMismatch:
+            raise  # a configuration error: retrying cannot mend it
         except Exception as exc:
             log.warning("store not ready, retrying", extra={"error": str(exc)})
         with contextlib.suppress(TimeoutError):

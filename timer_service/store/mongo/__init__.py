@@ -19,6 +19,7 @@ from timer_service.store.mongo.layout import Doc, Layout
 from timer_service.store.mongo.leases import MongoLeases
 from timer_service.store.mongo.moves import Mover
 from timer_service.store.mongo.outcomes import MongoOutcomes
+from timer_service.store.mongo.schema import ensure_schema
 
 
 def durable_writes(url: str) -> dict[str, Any]:
@@ -70,6 +71,11 @@ class MongoStore:
         return self.layout.db
 
     async def setup(self) -> None:
+        """The indexes, created once by whichever process gets there first (see
+        `schema`); a later start only reads the schema document."""
+        await ensure_schema(self.layout, self._create_indexes)
+
+    async def _create_indexes(self) -> None:
         layout = self.layout
         await layout.locator.create_index("expire_at", expireAfterSeconds=0)
         await layout.locator.create_index([("biz_type", ASCENDING), ("_id", ASCENDING)])

@@ -1,0 +1,100 @@
+"""Creating the collections' indexes once, by one process, with a bounded wait.
+
+Several processes (api, daemon, broker, replicas of each) start against one
+database. Each creating every index at once is wasted work at best, and has
+deadlocked a MongoDB-protocol server here. So the first process to take the
+setup lock creates the indexes and then writes the schema document; every
+other process waits for that document (bounded), and a later start that finds
+it at the current version touches no index at all. The schema document also
+fixes the storage layout (the bucket count): a process configured otherwise
+refuses to start instead of reading jobs from the wrong buckets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from pymongo.errors import DuplicateKeyError
+
+from timer_service.errors import LayoutMismatch
+from timer_service.store.mongo.layout import Collection, Layout
+
+log = logging.getLogger(__name__)
+
+SCHEMA_ID = "schema"
+LOCK_ID = "setup-lock"
+SCHEMA_VERSION = 2  # 2: (state, next_attempt_at) per bucket, for the overdue sweep
+LOCK_TTL_MS = 120_000  # a setup that took longer died: another process may take over
+POLL_S = 0.25
+
+
+async def ensure_schema(
+    layout: Layout,
+    create_indexes: Callable[[], Awaitable[None]],
+    wait_s: float = 180.0,
+) -> None:
+    """Return once the database holds the current schema, creating it if this process
+    gets the lock; raise LayoutMismatch or TimeoutError."""
+    meta = layout.db["meta"]
+    holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        schema = await meta.find_one({"_id": SCHEMA_ID})
+        if schema is not None and schema.get("version", 0) >= SCHEMA_VERSION:
+            _check_layout(schema, layout)
+            return
+        if await _take_lock(meta, holder):
+            try:
+                log.info("creating indexes", extra={"version": SCHEMA_VERSION})
+                await create_indexes()
+                await meta.update_one(
+                    {"_id": SCHEMA_ID},
+                    {
+                        "$set": {"version": SCHEMA_VERSION, "buckets": layout.buckets_n},
+                        "$setOnInsert": {"created_at_ms": _now_ms()},
+                    },
+                    upsert=True,
+                )
+            finally:
+                with contextlib.suppress(Exception):
+                    await meta.delete_one({"_id": LOCK_ID, "holder": holder})
+            continue  # read back what was written, and check it
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the store's schema was not ready within {wait_s:.0f} s")
+        await asyncio.sleep(POLL_S)
+
+
+def _check_layout(schema: dict[str, object], layout: Layout) -> None:
+    buckets = schema.get("buckets", layout.buckets_n)
+    if buckets != layout.buckets_n:
+        raise LayoutMismatch(
+            f"the store was initialised with TIMER_BUCKETS={buckets}; this process has "
+            f"{layout.buckets_n}. The bucket count is fixed once jobs are stored: "
+            f"start it with TIMER_BUCKETS={buckets}."
+        )
+
+
+async def _take_lock(meta: Collection, holder: str) -> bool:
+    now = _now_ms()
+    lock = {"_id": LOCK_ID, "holder": holder, "expires_at": now + LOCK_TTL_MS}
+    try:
+        await meta.insert_one(lock)
+        return True
+    except DuplicateKeyError:
+        pass
+    taken = await meta.find_one_and_update(
+        {"_id": LOCK_ID, "expires_at": {"$lt": now}},
+        {"$set": {"holder": holder, "expires_at": now + LOCK_TTL_MS}},
+    )
+    return taken is not None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
