@@ -4,12 +4,14 @@ the reconciler's reads."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 from bson import ObjectId
 from pymongo import ASCENDING, UpdateOne
+from pymongo.errors import OperationFailure
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
@@ -23,10 +25,16 @@ from timer_service.store.mongo.layout import (
     guard_filter,
 )
 
+log = logging.getLogger(__name__)
+
 
 class MongoDispatch:
     def __init__(self, layout: Layout) -> None:
         self._l = layout
+        # Where the change stream got to: a new watch after an error resumes there,
+        # so the events in between are not lost (only a token the oplog no longer
+        # holds is dropped, and the daemon's safety poll covers that gap).
+        self._resume_token: Any = None
 
     async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
         docs = (
@@ -165,12 +173,24 @@ class MongoDispatch:
         self, stop: asyncio.Event | None = None
     ) -> AsyncIterator[int]:
         pipeline = [{"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}}]
-        # Each getMore returns within a second (MongoDB's default await, explicit), so
-        # `stop` is seen between two of them and the stream closes with none pending:
-        # cancelled mid-getMore, closing it waits for SecantusDB's killCursors reply,
-        # which it holds behind the getMore (seen hanging shutdown).
-        async with await self._l.seconds.watch(pipeline, max_await_time_ms=1000) as stream:
+        token = self._resume_token
+        try:
+            # Each getMore returns within a second (MongoDB's default await, explicit),
+            # so `stop` is seen between two of them and the stream closes with none
+            # pending: cancelled mid-getMore, closing it waits for SecantusDB's
+            # killCursors reply, which it holds behind the getMore (seen hanging shutdown).
+            stream = await self._l.seconds.watch(
+                pipeline, max_await_time_ms=1000, resume_after=token
+            )
+        except OperationFailure:
+            if token is None:
+                raise
+            log.warning("change stream cannot resume; starting afresh (safety poll covers)")
+            self._resume_token = None
+            raise
+        async with stream:
             while stop is None or not stop.is_set():
                 change = await stream.try_next()
+                self._resume_token = stream.resume_token
                 if change is not None:
                     yield change["documentKey"]["_id"]
