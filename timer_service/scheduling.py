@@ -146,6 +146,18 @@ class Scheduler:
         if pairs:
             await self._after_dispatch(pairs, self.clock.now_ms())
 
+    async def on_cancelled(self, biz_type: str, job_id: str) -> None:
+        """An occurrence's job was cancelled: the schedule goes on with the next one at
+        once (it would otherwise wait for the repair, skipping runs meanwhile)."""
+        parsed = parse_occurrence(job_id) if ":" in job_id else None
+        if parsed is None:
+            return
+        schedule_id, occurrence = parsed
+        schedule = await self.schedules.get(schedule_key(biz_type, schedule_id))
+        if schedule is None or schedule.next_run_at != occurrence:
+            return
+        await self._ensure_next(schedule, self.clock.now_ms())
+
     async def repair(self, now_ms: int | None = None, margin_ms: int = REPAIR_MARGIN_MS) -> int:
         """Mend schedules stuck on an occurrence long past: create its job if it is
         missing, or advance past it if its job went out unseen. Returns how many."""

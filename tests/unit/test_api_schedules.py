@@ -312,3 +312,13 @@ async def test_schedule_hook_advances_in_the_background_and_swallows_errors(api:
         "timer_store_errors_total", {"operation": "schedule_advance"}
     )
     assert errors == 1, f"expected one counted error, got {errors}"
+
+
+async def test_cancelling_an_occurrence_moves_the_schedule_on_at_once(api: Api) -> None:
+    expect(await api.put(EVERY_MINUTE), 201)
+    first, second = f"daily:{NOW + 60_000}", f"daily:{NOW + 120_000}"
+    assert list(await api.jobs(JobState.PENDING)) == [first]
+    expect(await api.client.delete(f"/v1/jobs/reports/{first}"), 200)
+    got = expect(await api.client.get(URL), 200)
+    assert got["next_run_at"] == NOW + 120_000, f"the schedule stalled: {got}"
+    assert list(await api.jobs(JobState.PENDING)) == [second]

@@ -68,7 +68,7 @@ def create_app(
     )
     routers = [
         build_biz_router(ctx),
-        build_jobs_router(ctx),
+        build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
         build_health_router(ctx),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -30,6 +31,9 @@ from timer_service.constants import (
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateStatus, NewJob
 from timer_service.model import Job, JobState
+from timer_service.scheduling import Scheduler
+
+log = logging.getLogger(__name__)
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
@@ -46,7 +50,7 @@ def job_response(job: Job, status: int = 200) -> Response:
     return JSONResponse(job.to_public(), status)
 
 
-def build_jobs_router(ctx: ApiContext) -> APIRouter:
+def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(401, 500))
     limits = Limits(ctx.settings.max_payload_bytes, ctx.settings.horizon_ms)
     store, clock = ctx.store, ctx.clock
@@ -149,6 +153,10 @@ def build_jobs_router(ctx: ApiContext) -> APIRouter:
     )
     async def cancel_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
         job = await store.jobs.cancel_job(biz_type, job_id, clock.now_ms())
+        try:
+            await scheduler.on_cancelled(biz_type, job_id)
+        except Exception:  # the cancel is done; the schedule's repair mends the rest
+            log.exception("schedule not advanced past a cancelled occurrence")
         return job_response(job)
 
     @router.patch(
