@@ -16,6 +16,10 @@ class Conflict(TimerServiceError):
     """The resource is in a state that does not allow this."""
 
 
+class CallbackInFlight(Conflict):
+    """The job's callback has started; it can no longer be cancelled."""
+
+
 class PayloadTooLarge(TimerServiceError):
     """The payload is larger than allowed."""
 

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from timer_service.dispatch import Claimed, Outcome, OutcomeKind
-from timer_service.errors import Conflict, InvalidInput, PayloadTooLarge
+from timer_service.errors import CallbackInFlight, Conflict, InvalidInput, PayloadTooLarge
 from timer_service.model import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -138,14 +138,18 @@ def repeat_status_by_fingerprint(due_at: int, fingerprint: str, new: NewJob) -> 
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """What the job must still be when a change is applied: one of `states`, and
-    when `claim` is given, dispatched under that claim token."""
+    """What the job must still be when a change is applied: one of `states`; when
+    `claim` is given, dispatched under that claim token; when `idle`, with no
+    callback started."""
 
     states: frozenset[JobState]
     claim: str | None = None
+    idle: bool = False
 
     def holds(self, job: Job) -> bool:
         if job.state not in self.states:
+            return False
+        if self.idle and job.sending is not None:
             return False
         return self.claim is None or job.claim == self.claim
 
@@ -200,18 +204,30 @@ _CANCELLED = frozenset({JobState.CANCELLED})
 
 
 def cancel(job: Job, now_ms: int) -> Change | None:
-    """pending | dispatched -> cancelled; None when it is cancelled already.
-    Conflict when delivered or dead."""
+    """pending | dispatched (no callback started) -> cancelled; None when it is
+    cancelled already. Conflict when delivered or dead; CallbackInFlight once a
+    broker has started its callback (a retry makes it pending, cancellable, again).
+    The guard holds the cancel to that: a callback started after the job was read
+    makes the write miss, and the caller reads again."""
     if job.state == JobState.CANCELLED:
         return None
     if job.state not in ACTIVE_STATES:
         raise Conflict(f"job is {job.state.value}")
-    return _change(
-        ACTIVE_STATES,
-        state=JobState.CANCELLED,
-        next_attempt_at=None,
-        claim=None,
-        updated_at=now_ms,
+    if job.sending is not None:
+        raise CallbackInFlight(
+            "the job's callback has started; if it fails and is retried, the job is"
+            " pending again and can be cancelled"
+        )
+    return Change(
+        Guard(ACTIVE_STATES, idle=True),
+        MappingProxyType(
+            {
+                "state": JobState.CANCELLED,
+                "next_attempt_at": None,
+                "claim": None,
+                "updated_at": now_ms,
+            }
+        ),
     )
 
 
@@ -262,6 +278,7 @@ def claim(claim_token: str, fence: int, now_ms: int) -> Change:
         fence=fence,
         claimed_at=now_ms,
         published=False,
+        sending=None,
         updated_at=now_ms,
     )
 
@@ -275,12 +292,23 @@ def reclaim(old_claim: str, claim_token: str, fence: int, now_ms: int) -> Change
         fence=fence,
         claimed_at=now_ms,
         published=False,
+        sending=None,  # whoever had started the callback is gone: it goes out again
     )
 
 
 def published(claim_token: str) -> Change:
     """The queue confirmed the claim's messages."""
     return _change(_DISPATCHED, claim_token, published=True)
+
+
+def start_sending(claim_token: str, send_token: str, now_ms: int) -> Change:
+    """A broker is about to send the callback of a job dispatched under this claim,
+    that no cancel and no other message of the claim got to first. After it, a
+    cancel answers "in flight"."""
+    return Change(
+        Guard(_DISPATCHED, claim_token, idle=True),
+        MappingProxyType({"sending": send_token, "updated_at": now_ms}),
+    )
 
 
 def claimed(job: Job, second: int) -> Claimed:
@@ -319,6 +347,7 @@ def outcome(result: Outcome, now_ms: int) -> Change:
     else:
         sets = {"state": JobState.DEAD, "next_attempt_at": None, "claim": None}
     sets["updated_at"] = now_ms
+    sets["sending"] = None
     sets["last_error"] = None if result.kind == OutcomeKind.DELIVERED else result.attempt.error
     return Change(Guard(_DISPATCHED, claim_token), MappingProxyType(sets), result.attempt)
 

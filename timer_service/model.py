@@ -93,6 +93,9 @@ class Job:
     claimed_at: int | None = None
     published: bool = False
     budget_base: int = 0  # attempts made before the last replay
+    # Set when a broker starts the callback (its send token): from then on a cancel
+    # answers "in flight", and another message of the same claim is not sent.
+    sending: str | None = None
 
     @property
     def key(self) -> str:

@@ -4,8 +4,11 @@ a deposed daemon's release misses, outcomes belong to their claim."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.contract.stores import NOW, attempt, claim_second, create, new
 from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
+from timer_service.errors import CallbackInFlight
 from timer_service.jobs import CreateStatus
 from timer_service.model import JobState, second_of
 from timer_service.store.base import Store
@@ -85,3 +88,24 @@ async def test_an_outcome_for_another_claim_changes_nothing(store: Store) -> Non
     )
     job = await store.jobs.get_job("orders", "a")
     assert job is not None and job.state == JobState.DISPATCHED and job.attempts == 0, job
+
+
+async def test_a_started_callback_cannot_be_cancelled_and_a_duplicate_is_not_sent(
+    store: Store,
+) -> None:
+    await create(store, new("a"), new("b"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    await store.jobs.cancel_job("orders", "b", NOW + 4990)  # before its callback starts
+    started = await store.outcomes.start_sending(refs, "send-1", NOW + 5000)
+    assert sorted(started) == ["orders/a"], "a cancelled job must not be sent"
+    with pytest.raises(CallbackInFlight):
+        await store.jobs.cancel_job("orders", "a", NOW + 5001)
+    again = await store.outcomes.start_sending(refs, "send-2", NOW + 5002)
+    assert again == {}, "a second message of the same claim must not be sent too"
+    [a] = [r for r in refs if r.job_id == "a"]
+    await store.outcomes.record_outcomes(
+        [Outcome(a, OutcomeKind.RETRY, attempt(1, status=503), NOW + 65_000)], NOW + 5010
+    )
+    retried = await store.jobs.cancel_job("orders", "a", NOW + 5020)
+    assert retried.state == JobState.CANCELLED, "a retried job is cancellable again"

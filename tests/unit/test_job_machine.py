@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
-from timer_service.errors import Conflict
+from timer_service.errors import CallbackInFlight, Conflict
 from timer_service.jobs import Change, CreateStatus, NewJob
 from timer_service.model import ACTIVE_STATES, FINAL_STATES, Attempt, Job, JobState
 
@@ -195,6 +195,22 @@ class JobLife(RuleBasedStateMachine):
             self.old_claims.append(self.job.claim)
             self._apply(machine.reclaim(self.job.claim, f"c{self.claims}", self.fence, self.now))
 
+    @rule(stale=st.booleans())
+    def start_sending(self, stale: bool) -> None:
+        claim = self.old_claims[-1] if stale and self.old_claims else self.job.claim
+        if claim is None:
+            return
+        before = self.job
+        self._apply(machine.start_sending(claim, f"s{self.claims}", self.now))
+        if claim != before.claim or before.sending is not None:
+            assert self.job == before, "a stale or second start changed the job"
+        try:
+            machine.cancel(self.job, self.now)
+        except CallbackInFlight:
+            assert self.job.sending is not None
+        except Conflict:
+            pass
+
     @rule(
         kind=st.sampled_from(list(OutcomeKind)),
         stale=st.booleans(),
@@ -227,6 +243,8 @@ class JobLife(RuleBasedStateMachine):
         if job.state in ACTIVE_STATES:
             assert job.next_attempt_at is not None
         assert (job.state == JobState.DISPATCHED) == (job.claim is not None)
+        if job.sending is not None:
+            assert job.state == JobState.DISPATCHED, "only a dispatched job is being sent"
         if job.state == JobState.DELIVERED:
             assert job.delivered_at is not None and job.last_error is None
 

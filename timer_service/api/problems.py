@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from timer_service.errors import (
+    CallbackInFlight,
     Conflict,
     InvalidInput,
     NotFound,
@@ -44,12 +45,19 @@ TITLES = {
 Loc = Sequence[str | int]
 
 
+# Problem types this API names (RFC 9457 "type"), relative to the API's root.
+CALLBACK_IN_FLIGHT = "/problems/callback-in-flight"
+
+
 def problem_body(
-    status: int, detail: str, errors: Iterable[Mapping[str, Any]] | None = None
+    status: int,
+    detail: str,
+    errors: Iterable[Mapping[str, Any]] | None = None,
+    type_: str = "about:blank",
 ) -> dict[str, Any]:
     title = TITLES.get(status, "Error")
     body: dict[str, Any] = {
-        "type": "about:blank",
+        "type": type_,
         "title": title,
         "status": status,
         "detail": detail,
@@ -64,8 +72,10 @@ def problem_response(
     detail: str,
     errors: Iterable[Mapping[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    type_: str = "about:blank",
 ) -> Response:
-    content = json.dumps(problem_body(status, detail, errors), ensure_ascii=False).encode()
+    body = problem_body(status, detail, errors, type_)
+    content = json.dumps(body, ensure_ascii=False).encode()
     return Response(content, status, headers=dict(headers or {}), media_type=PROBLEM_MEDIA_TYPE)
 
 
@@ -205,6 +215,8 @@ async def on_domain_error(_: Request, exc: Exception) -> Response:
         return problem_response(500, "An unexpected error occurred.")
     if isinstance(exc, InvalidInput):
         return problem_response(422, str(exc), [field_error(exc.loc, str(exc))])
+    if isinstance(exc, CallbackInFlight):
+        return problem_response(409, str(exc), type_=CALLBACK_IN_FLIGHT)
     if isinstance(exc, StoreUnavailable):
         log.warning("store unavailable", extra={"error": repr(exc.__cause__ or exc)})
         return problem_response(

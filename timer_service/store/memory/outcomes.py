@@ -22,6 +22,19 @@ class MemoryOutcomes:
                 out[job.key] = job
         return out
 
+    async def start_sending(
+        self, refs: Sequence[SendRef], send_token: str, now_ms: int
+    ) -> dict[str, Job]:
+        out = {}
+        for ref in refs:
+            job = self._s.job(ref.biz_type, ref.job_id)
+            if job is None:
+                continue
+            started = self._s.apply(job, machine.start_sending(ref.claim, send_token, now_ms))
+            if started is not None:
+                out[started.key] = started
+        return out
+
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         for result in outcomes:
             job = self._s.job(result.ref.biz_type, result.ref.job_id)

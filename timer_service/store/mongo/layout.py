@@ -132,6 +132,7 @@ def job_to_doc(job: Job, second: int) -> Doc:
         "claimed_at": job.claimed_at,
         "published": job.published,
         "budget_base": job.budget_base,
+        "sending": job.sending,
         "expire_at": None,
     }
 
@@ -170,6 +171,7 @@ def doc_to_job(doc: Doc) -> Job:
         claimed_at=doc.get("claimed_at"),
         published=doc.get("published", False),
         budget_base=doc.get("budget_base", 0),
+        sending=doc.get("sending"),
     )
 
 
@@ -185,6 +187,8 @@ def guard_filter(guard: Guard) -> Doc:
     query: Doc = {"state": states[0] if len(states) == 1 else {"$in": states}}
     if guard.claim is not None:
         query["claim"] = guard.claim
+    if guard.idle:
+        query["sending"] = None  # also matches a document without the field
     return query
 
 

@@ -47,6 +47,30 @@ class MongoOutcomes:
                     out[doc["_id"]] = doc_to_job(doc)
         return out
 
+    async def start_sending(
+        self, refs: Sequence[SendRef], send_token: str, now_ms: int
+    ) -> dict[str, Job]:
+        """One conditional bulk write and one read per bucket, the buckets at once."""
+        by_bucket: dict[int, list[SendRef]] = defaultdict(list)
+        for ref in refs:
+            by_bucket[self._l.bucket_no(ref.second)].append(ref)
+
+        async def mark(b: int, items: list[SendRef]) -> list[Doc]:
+            ops = []
+            for ref in items:
+                change = machine.start_sending(ref.claim, send_token, now_ms)
+                query = {"_id": _ref_key(ref), **guard_filter(change.guard)}
+                ops.append(UpdateOne(query, change_update(change)))
+            bucket = self._l.buckets[b]
+            result = await bucket.bulk_write(ops, ordered=False)
+            if result.modified_count == 0:
+                return []
+            mine = {"_id": {"$in": [_ref_key(r) for r in items]}, "sending": send_token}
+            return await bucket.find(mine).to_list(None)
+
+        found = await asyncio.gather(*(mark(b, items) for b, items in by_bucket.items()))
+        return {d["_id"]: doc_to_job(d) for docs in found for d in docs}
+
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         """Outcomes that keep the job in its bucket (delivered, dead, a retry into the
         same bucket) are blind conditional updates, one bulk write per bucket; a retry
@@ -158,3 +182,7 @@ class MongoOutcomes:
 
 def _key(o: Outcome) -> str:
     return job_key(o.ref.biz_type, o.ref.job_id)
+
+
+def _ref_key(ref: SendRef) -> str:
+    return job_key(ref.biz_type, ref.job_id)

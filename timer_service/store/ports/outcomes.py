@@ -15,6 +15,14 @@ class OutcomesPort(Protocol):
         carries, by job key. Others (cancelled, stale duplicates) are absent."""
         ...
 
+    async def start_sending(
+        self, refs: Sequence[SendRef], send_token: str, now_ms: int
+    ) -> dict[str, Job]:
+        """Batched `jobs.start_sending`: of these, the jobs now marked as being sent
+        under `send_token`, by job key. The others (cancelled, stale duplicates, a
+        claim whose callback another message has started) are absent: not to be sent."""
+        ...
+
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         """Batched: `jobs.outcome` for each (the attempt's record, and the job to
         delivered, dead, or pending at next_attempt_at: a retry is a new timer);
