@@ -67,6 +67,10 @@ def build_request(biz: BizType, job: Job, attempt: int, fired_at: int) -> Callba
     return CallbackRequest(body, headers)
 
 
+_MAX_DELTA_DIGITS = 12  # 10^12 s: far beyond any max_backoff_ms
+_VERY_LONG_MS = 10**15
+
+
 def is_retryable(status_code: int | None) -> bool:
     """No status (timeout, connection error), 408, 425, 429 or any 5xx."""
     return status_code is None or status_code in RETRYABLE_STATUSES or status_code >= 500
@@ -77,15 +81,17 @@ def parse_retry_after(value: str | None, now_ms: int) -> int | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
-        return int(value) * 1000
+    if value.isascii() and value.isdigit():  # "²" is a digit to str.isdigit, not to HTTP
+        # More digits than any wait the policy allows: read as "very long" (capped by
+        # the caller), never as a number too large to parse.
+        return int(value) * 1000 if len(value) <= _MAX_DELTA_DIGITS else _VERY_LONG_MS
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # RFC 9110 dates are GMT
+            return None
+        return max(0, int(when.timestamp() * 1000) - now_ms)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT
-        return None
-    return max(0, int(when.timestamp() * 1000) - now_ms)
 
 
 def retry_wait_ms(policy: RetryPolicy, attempt: int, retry_after: str | None, now_ms: int) -> int:

@@ -248,6 +248,11 @@ BAD_BIZ_BODIES = [
     ({"callback_url": "ftp://x/y"}, ["body", "callback_url"]),
     ({"callback_url": "not a url"}, ["body", "callback_url"]),
     ({"callback_url": 5}, ["body", "callback_url"]),
+    # URLs the notifier could never send to (they once left jobs stuck dispatched):
+    ({"callback_url": "http://orders..internal/cb"}, ["body", "callback_url"]),
+    ({"callback_url": f"http://{'a' * 64}.internal/cb"}, ["body", "callback_url"]),
+    ({"callback_url": "http://orders.internal:0/cb"}, ["body", "callback_url"]),
+    ({"callback_url": "http://orders.internal/c\u0000b"}, ["body", "callback_url"]),
     ({**CALLBACK, "rate_limit_per_s": 0}, ["body", "rate_limit_per_s"]),
     ({**CALLBACK, "rate_limit_per_s": "10"}, ["body", "rate_limit_per_s"]),
     ({**CALLBACK, "burst": 0}, ["body", "burst"]),

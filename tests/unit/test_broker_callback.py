@@ -111,6 +111,10 @@ def test_an_unusable_stored_secret_signs_nothing_instead_of_failing() -> None:
         ("1.5", None),
         ("", None),
         (None, None),
+        # Hostile values (each once killed the send task, leaving its job stuck):
+        ("\u00b2", None),  # a digit to str.isdigit, not to HTTP
+        ("9" * 4301, 10**15),  # too many digits to parse: "very long", capped later
+        ("Wed, 21 Oct 20150000000000000000000 07:28:00 GMT", None),  # a 23-digit year
     ],
 )
 def test_retry_after(value: str | None, expected_ms: int | None) -> None:

@@ -78,10 +78,20 @@ def _http_url(value: str) -> str:
         raise ValueError("must be an absolute http or https URL")
     if any(c.isspace() for c in value):
         raise ValueError("must not contain whitespace")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("must not contain control characters")
     try:
-        parts.port  # noqa: B018 - raises on a malformed port
+        port = parts.port
     except ValueError:
         raise ValueError("has an invalid port") from None
+    if port == 0:
+        raise ValueError("has port 0, which nothing listens on")
+    try:
+        parts.hostname.encode("idna")  # as the notifier will: fails on what it cannot send
+    except UnicodeError:
+        raise ValueError(
+            "has a host name that cannot be encoded (an empty label, or one over 63 characters)"
+        ) from None
     return value
 
 
