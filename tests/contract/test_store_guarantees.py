@@ -4,6 +4,8 @@ a deposed daemon's release misses, outcomes belong to their claim."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.contract.stores import NOW, attempt, claim_second, create, new
@@ -109,3 +111,20 @@ async def test_a_started_callback_cannot_be_cancelled_and_a_duplicate_is_not_sen
     )
     retried = await store.jobs.cancel_job("orders", "a", NOW + 5020)
     assert retried.state == JobState.CANCELLED, "a retried job is cancellable again"
+
+
+async def test_a_daemon_s_fence_stamp_is_not_reported_as_a_write(store: Store) -> None:
+    await create(store, new("a", due_at=NOW + 5000))
+    seen: list[int] = []
+
+    async def watch() -> None:
+        async for s in store.dispatch.watch_seconds():
+            seen.append(s)
+            return
+
+    task = asyncio.create_task(watch())
+    await asyncio.sleep(0.3)
+    await store.dispatch.load_second(second_of(NOW + 5000), 1)  # stamps the entry
+    await create(store, new("b", due_at=NOW + 9000))
+    await asyncio.wait_for(task, 10)
+    assert seen == [second_of(NOW + 9000)], f"the daemon would be nudged by its own load: {seen}"

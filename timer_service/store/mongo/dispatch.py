@@ -172,7 +172,21 @@ class MongoDispatch:
     async def watch_seconds(  # type: ignore[override]
         self, stop: asyncio.Event | None = None
     ) -> AsyncIterator[int]:
-        pipeline = [{"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}}]
+        # Writes into a second (a new entry, a renewed version), not a daemon's fence
+        # stamp on it (`load_second`), which would nudge the daemon about its own load.
+        pipeline = [
+            {
+                "$match": {
+                    "$or": [
+                        {"operationType": {"$in": ["insert", "replace"]}},
+                        {
+                            "operationType": "update",
+                            "updateDescription.updatedFields.v": {"$exists": True},
+                        },
+                    ]
+                }
+            }
+        ]
         token = self._resume_token
         try:
             # Each getMore returns within a second (MongoDB's default await, explicit),
