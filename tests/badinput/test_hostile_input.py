@@ -113,9 +113,17 @@ def test_a_10_mb_body_is_refused_without_being_held(
         f"\n[{framing}] 3 x 10 MB refused: RSS {rss_before} -> {rss_after} kB "
         f"({growth_kb:+d} kB), peak {peak_before} -> {peak_after} kB"
     )
-    assert growth_kb < MAX_RSS_GROWTH_KB, (
-        f"expected the API's RSS to grow by < {MAX_RSS_GROWTH_KB} kB after 3 x 10 MB bodies, "
-        f"it grew by {growth_kb} kB ({rss_before} -> {rss_after} kB)"
+    # The peak says whether a body was held whole; what the allocator keeps after a
+    # refused chunked body (up to the 8 MiB limit was read) varies run to run.
+    peak_growth_kb = peak_after - peak_before
+    assert peak_growth_kb < TEN_MB // 1024, (
+        f"expected the API never to hold a whole 10 MB body: its peak RSS grew by "
+        f"{peak_growth_kb} kB ({peak_before} -> {peak_after} kB)"
+    )
+    assert growth_kb < MAX_RSS_GROWTH_KB + (0 if framing == "content-length" else 8 * 1024), (
+        f"expected the API's RSS to grow by < {MAX_RSS_GROWTH_KB} kB after 3 x 10 MB bodies "
+        f"(plus the 8 MiB read of a chunked one), it grew by {growth_kb} kB "
+        f"({rss_before} -> {rss_after} kB)"
     )
 
 
