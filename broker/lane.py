@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import logging
 import math
@@ -132,7 +133,8 @@ class Lane:
     async def drain(self, timeout_s: float) -> bool:
         """Wait for callbacks in flight; True when none is left."""
         if self._sends:
-            await asyncio.wait(set(self._sends), timeout=max(0.0, timeout_s))
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.wait(set(self._sends)), max(0.0, timeout_s))
         return not self._sends
 
     async def close(self) -> None:
@@ -173,13 +175,12 @@ class Lane:
                 delay_s = 0.1
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiter = waiter
-            timer = None if delay_s is None else loop.call_later(delay_s, _release, waiter)
             try:
-                await waiter
+                await self._clock.wait_for(waiter, delay_s)
+            except TimeoutError:
+                pass  # the next thing to do is due
             finally:
                 self._waiter = None
-                if timer is not None:
-                    timer.cancel()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -263,6 +264,7 @@ class Lane:
                 "fetch_for_send",
                 lambda: self._store.fetch_for_send(refs),
                 self._metrics,
+                self._clock,
                 CHECK_GIVE_UP_AFTER_S,
             )
         except Exception as exc:  # past the bound: hand the messages back
@@ -367,8 +369,3 @@ def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:
 
 def _insert(items: list[Held], item: Held) -> None:
     bisect.insort(items, item, key=_sort_key)
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -8,6 +8,7 @@ broker.fate.after_outcome).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,7 +78,8 @@ class OutcomeWriter:
         await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, "outcomes")
         self._task = None
         if self._acks:
-            await asyncio.wait(list(self._acks), timeout=TASK_STOP_TIMEOUT_S)
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.wait(list(self._acks)), TASK_STOP_TIMEOUT_S)
 
     async def _run(self) -> None:
         while True:
@@ -86,7 +88,7 @@ class OutcomeWriter:
                 self._update_idle()
                 await self._arrived.wait()
             if len(self._queue) < MAX_BATCH:
-                await asyncio.sleep(FLUSH_AFTER_S)
+                await self._clock.sleep(FLUSH_AFTER_S)
             await self._slots.acquire()
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             task = asyncio.create_task(self._flush(batch))
@@ -109,6 +111,7 @@ class OutcomeWriter:
                 "record_outcomes",
                 lambda: self._store.record_outcomes(outcomes, self._clock.now_ms()),
                 self._metrics,
+                self._clock,
                 self._give_up_after_s,
             )
         except Exception as exc:  # past the bound: hand the messages back

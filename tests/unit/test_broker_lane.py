@@ -35,16 +35,16 @@ class FakeDelivery:
     def __init__(self, job: Claimed) -> None:
         self.job = job
         self.redelivered = False
-        self.acked = False
+        self.fates: list[str] = []
 
     async def ack(self) -> None:
-        self.acked = True
+        self.fates.append("ack")
 
     async def requeue(self) -> None:
-        raise AssertionError("not expected")
+        self.fates.append("requeue")
 
     async def drop(self) -> None:
-        raise AssertionError("not expected")
+        self.fates.append("drop")
 
 
 async def settle() -> None:
@@ -81,7 +81,8 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     due = fake_clock.now_ms() + 1000
     (job,) = await claimed_jobs(store, fake_clock, 1, due)
     lane = make_lane(parts, fake_clock)
-    lane.offer(FakeDelivery(job))
+    delivery = FakeDelivery(job)
+    lane.offer(delivery)
 
     delay = lane._step()
     assert delay == pytest.approx((1000 - CHECK_AHEAD_MS) / 1000), f"got {delay}"
@@ -103,9 +104,10 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     await settle()
     assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
     await settle()
-    await asyncio.sleep(0.01)  # the outcome writer's batching window
+    await fake_clock.run_for(10)  # the outcome writer's batching window
     done = await store.get_job("orders", "j0")
     assert done.state is JobState.DELIVERED and done.history[0].at == due, f"got {done}"
+    assert delivery.fates == ["ack"], f"expected the message acked once, got {delivery.fates}"
     await lane.close()
 
 
