@@ -13,7 +13,7 @@ import os
 import socket
 import uuid
 
-from tenacity import AsyncRetrying, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
 from broker.lane import Lane
 from broker.outcomes import OutcomeWriter
@@ -51,7 +51,7 @@ class Broker:
         self._metrics = metrics
         self._clock = clock
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._sender = Sender()
+        self._sender = Sender(clock)
         self._outcomes = OutcomeWriter(store, metrics, clock)
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
@@ -84,14 +84,15 @@ class Broker:
         deadline = self._clock.monotonic_s() + self._settings.shutdown_grace_s
         await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "broker")
         if self._removals:
-            await asyncio.wait(list(self._removals), timeout=TASK_STOP_TIMEOUT_S)
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.wait(list(self._removals)), TASK_STOP_TIMEOUT_S)
         lanes = list(self._lanes.values())
         for lane in lanes:
             lane.stop_sending()
         for lane in lanes:
             await lane.drain(deadline - self._clock.monotonic_s())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
+            await self._clock.wait_for(
                 self._outcomes.drained(), max(0.0, deadline - self._clock.monotonic_s())
             )
         # Cancelling a consumer hands its unacked (held, unsent) messages back to the
@@ -189,13 +190,19 @@ class Broker:
                     "periodic task failed",
                     extra={"task": getattr(job, "__name__", ""), "error": repr(exc)},
                 )
-            await asyncio.sleep(interval_s)
+            await self._clock.sleep(interval_s)
 
 
-async def connect_queue(queue: DispatchQueue, give_up_after_s: float = 60.0) -> None:
+async def connect_queue(queue: DispatchQueue, clock: Clock, give_up_after_s: float = 60.0) -> None:
+    started_s = clock.monotonic_s()
+
+    def past_bound(_: RetryCallState) -> bool:
+        return clock.monotonic_s() - started_s >= give_up_after_s
+
     async for attempt in AsyncRetrying(
-        stop=stop_after_delay(give_up_after_s),
+        stop=past_bound,
         wait=wait_exponential(multiplier=0.2, max=5.0),
+        sleep=clock.sleep,
         reraise=True,
     ):
         with attempt:
@@ -213,9 +220,10 @@ def run() -> int:
     setup_logging(settings.log_level)
 
     async def main(stop: asyncio.Event) -> None:
+        clock = SystemClock()
         store = wiring.mongo_store(settings)
         queue = wiring.amqp_queue(settings)
-        await connect_queue(queue)
+        await connect_queue(queue, clock)
         metrics = Metrics()
 
         async def ready() -> None:
@@ -228,7 +236,7 @@ def run() -> int:
             metrics.registry,
             ready,
         )
-        broker = Broker(settings, store, queue, metrics, SystemClock())
+        broker = Broker(settings, store, queue, metrics, clock)
         await ops.start()
         await broker.start()
         freeze_startup_heap()

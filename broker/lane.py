@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import logging
 import math
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
 
 from broker.callback import attempt_record, build_request, judge
+from broker.fate import Fate, after_check, carry_out, check_failed
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
@@ -61,7 +61,8 @@ class Held:
     delivery: Delivery
     key: str
     # Other messages of the same dispatch (a re-publish, or a redelivery after a
-    # reconnect whose original channel is gone): they share this one's fate.
+    # reconnect whose original channel is gone): they share this one's fate, and
+    # count as dropped when acked (only this one is called back).
     twins: list[Delivery] = field(default_factory=list)
     job: Job | None = None
     checked_at: int = 0
@@ -132,7 +133,8 @@ class Lane:
     async def drain(self, timeout_s: float) -> bool:
         """Wait for callbacks in flight; True when none is left."""
         if self._sends:
-            await asyncio.wait(set(self._sends), timeout=max(0.0, timeout_s))
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.wait(set(self._sends)), max(0.0, timeout_s))
         return not self._sends
 
     async def close(self) -> None:
@@ -155,7 +157,6 @@ class Lane:
         twin = self._by_key.get(key)
         if twin is not None and twin.delivery.job.claim == claimed.claim:
             # The same dispatch twice: one send is enough; both messages settle together.
-            self._metrics.message_dropped(claimed.biz_type)
             twin.twins.append(delivery)
             return
         item = Held(claimed.next_attempt_at, next(self._seq), delivery, key)
@@ -174,13 +175,12 @@ class Lane:
                 delay_s = 0.1
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiter = waiter
-            timer = None if delay_s is None else loop.call_later(delay_s, _release, waiter)
             try:
-                await waiter
+                await self._clock.wait_for(waiter, delay_s)
+            except TimeoutError:
+                pass  # the next thing to do is due
             finally:
                 self._waiter = None
-                if timer is not None:
-                    timer.cancel()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -264,6 +264,7 @@ class Lane:
                 "fetch_for_send",
                 lambda: self._store.outcomes.fetch_for_send(refs),
                 self._metrics,
+                self._clock,
                 CHECK_GIVE_UP_AFTER_S,
             )
         except Exception as exc:  # past the bound: hand the messages back
@@ -272,9 +273,7 @@ class Lane:
                 extra={"biz_type": self.biz.biz_type, "count": len(batch), "error": repr(exc)},
             )
             for item in batch:
-                self._forget(item)
-                for delivery in item.deliveries:
-                    self._chore(delivery.requeue())
+                self._settle(item, check_failed())
             return
         finally:
             self._checking = 0
@@ -284,19 +283,14 @@ class Lane:
         self._learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
         for item in batch:
             job = jobs.get(item.key)
-            # Two messages of one job can share a batch: the result is by job key, so
-            # only the one carrying the job's current claim may go.
-            if job is None or job.claim != item.delivery.job.claim:
-                # Cancelled after publication, a stale duplicate, or already done.
-                self._forget(item)
-                self._metrics.message_dropped(self.biz.biz_type)
-                log.debug(
-                    "dropped",
-                    extra={"biz_type": self.biz.biz_type, "job_id": item.delivery.job.job_id},
-                )
-                for delivery in item.deliveries:
-                    self._chore(delivery.ack())
+            fate = after_check(
+                job_found=job is not None,
+                claim_matches=job is not None and job.claim == item.delivery.job.claim,
+            )
+            if fate is not None:
+                self._settle(item, fate)
                 continue
+            assert job is not None
             item.job = job
             item.checked_at = checked_at
             if job.next_attempt_at is not None and job.next_attempt_at > item.not_before:
@@ -357,14 +351,16 @@ class Lane:
         self._forget(item)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _settle(self, item: Held, fate: Fate) -> None:
+        """An unsent message's fate, carried out in the background."""
+        self._forget(item)
+        task = asyncio.create_task(carry_out(fate, item.deliveries, self._metrics))
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
     def _forget(self, item: Held) -> None:
         if self._by_key.get(item.key) is item:
             del self._by_key[item.key]
-
-    def _chore(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(_quietly(coro, self.biz.biz_type))
-        self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
 
 
 def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:
@@ -373,15 +369,3 @@ def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:
 
 def _insert(items: list[Held], item: Held) -> None:
     bisect.insort(items, item, key=_sort_key)
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-async def _quietly(coro: Coroutine[Any, Any, None], biz_type: str) -> None:
-    try:
-        await coro
-    except Exception as exc:  # an unsettled message is redelivered later
-        log.warning("could not settle message", extra={"biz_type": biz_type, "error": repr(exc)})

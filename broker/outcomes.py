@@ -1,18 +1,19 @@
 """Outcomes, batched: persist many in one `record_outcomes`, then ack their messages.
 
 A message is acked only after its outcome is stored. If the store stays down
-past the retry bound, the messages go back to the queue instead: the job is
-still dispatched under the message's claim, so it will be sent again (a
-duplicate across an outage, never a loss).
+past the retry bound, the messages go back to the queue instead (see
+broker.fate.after_outcome).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker.fate import Fate, after_outcome, carry_out
 from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
@@ -77,7 +78,8 @@ class OutcomeWriter:
         await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, "outcomes")
         self._task = None
         if self._acks:
-            await asyncio.wait(list(self._acks), timeout=TASK_STOP_TIMEOUT_S)
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.wait(list(self._acks)), TASK_STOP_TIMEOUT_S)
 
     async def _run(self) -> None:
         while True:
@@ -86,7 +88,7 @@ class OutcomeWriter:
                 self._update_idle()
                 await self._arrived.wait()
             if len(self._queue) < MAX_BATCH:
-                await asyncio.sleep(FLUSH_AFTER_S)
+                await self._clock.sleep(FLUSH_AFTER_S)
             await self._slots.acquire()
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             task = asyncio.create_task(self._flush(batch))
@@ -109,6 +111,7 @@ class OutcomeWriter:
                 "record_outcomes",
                 lambda: self._store.outcomes.record_outcomes(outcomes, self._clock.now_ms()),
                 self._metrics,
+                self._clock,
                 self._give_up_after_s,
             )
         except Exception as exc:  # past the bound: hand the messages back
@@ -116,12 +119,12 @@ class OutcomeWriter:
                 "outcomes not persisted; requeueing",
                 extra={"count": len(batch), "error": repr(exc)},
             )
-            self._settle(batch, persisted=False)
+            self._settle(batch, after_outcome(persisted=False))
             return
-        self._settle(batch, persisted=True)
+        self._settle(batch, after_outcome(persisted=True))
 
-    def _settle(self, batch: list[Pending], *, persisted: bool) -> None:
-        task = asyncio.create_task(_settle_all(batch, persisted))
+    def _settle(self, batch: list[Pending], fate: Fate) -> None:
+        task = asyncio.create_task(self._settle_all(batch, fate))
         self._acks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
@@ -130,22 +133,7 @@ class OutcomeWriter:
 
         task.add_done_callback(done)
 
-
-async def _settle_all(batch: list[Pending], persisted: bool) -> None:
-    for pending in batch:
-        for delivery in pending.deliveries:
-            try:
-                if persisted:
-                    await delivery.ack()
-                else:
-                    await delivery.requeue()
-            except Exception as exc:  # a lost ack is redelivered, then dropped
-                log.warning(
-                    "could not settle message",
-                    extra={
-                        "biz_type": pending.outcome.ref.biz_type,
-                        "job_id": pending.outcome.ref.job_id,
-                        "error": repr(exc),
-                    },
-                )
-        pending.settled()
+    async def _settle_all(self, batch: list[Pending], fate: Fate) -> None:
+        for pending in batch:
+            await carry_out(fate, pending.deliveries, self._metrics)
+            pending.settled()

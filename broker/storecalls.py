@@ -1,4 +1,7 @@
-"""Store calls retried through transient failures (tenacity), bounded, counted."""
+"""Store calls retried through transient failures (tenacity), bounded, counted.
+
+The waits between tries and the bound are on the injected clock.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 
+from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -19,6 +23,7 @@ async def retried(
     operation: str,
     call: Callable[[], Awaitable[T]],
     metrics: Metrics,
+    clock: Clock,
     give_up_after_s: float,
 ) -> T:
     """Run `call` until it succeeds or `give_up_after_s` passes; then raise its error."""
@@ -38,10 +43,16 @@ async def retried(
             "store call failed, retrying", extra={"operation": operation, "error": repr(error)}
         )
 
+    started_s = clock.monotonic_s()
+
+    def past_bound(_: RetryCallState) -> bool:
+        return clock.monotonic_s() - started_s >= give_up_after_s
+
     async for attempt in AsyncRetrying(
-        stop=stop_after_delay(give_up_after_s),
+        stop=past_bound,
         wait=wait_exponential(multiplier=0.05, max=2.0),
         before_sleep=count,
+        sleep=clock.sleep,
         reraise=True,
     ):
         with attempt:

@@ -1,8 +1,12 @@
-"""Publishing claimed jobs: chunks, confirms, retries, then `mark_published`."""
+"""Publishing claimed jobs: chunks, confirms, retries, then `mark_published`.
+
+Every wait (between retries, for the workers to finish) is on the injected clock.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import uuid
@@ -103,12 +107,13 @@ class Publisher:
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for submitted jobs to be published; True when nothing is left."""
-        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        deadline = None if timeout_s is None else self._clock.monotonic_s() + timeout_s
         while self._workers:
-            remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            remaining = None if deadline is None else deadline - self._clock.monotonic_s()
             if remaining is not None and remaining <= 0:
                 return False
-            await asyncio.wait(list(self._workers.values()), timeout=remaining)
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.wait(list(self._workers.values())), remaining)
         return True
 
     async def close(self, grace_s: float) -> None:
@@ -159,6 +164,7 @@ class Publisher:
             wait=wait_exponential(multiplier=0.05, max=self._retry_max_wait_s),
             stop=stop,
             before_sleep=before_sleep,
+            sleep=self._clock.sleep,
             reraise=True,
         )
         try:

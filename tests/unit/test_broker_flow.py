@@ -1,6 +1,9 @@
 """The broker end to end in one process: MemoryStore + MemoryQueue + a real HTTP receiver.
 
-`Receiver` and `DaemonStandIn` are shared with the integration tests.
+Time is a FakeClock driven by the tests (`run_for`, `run_until`, `drive`): the
+broker, the receiver's slow answers and the daemon stand-in all wait on it, so
+nothing here sleeps. `Receiver` and `DaemonStandIn` are shared with the
+integration tests, which give them the system clock.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from aiohttp import web
 
 from broker.app import Broker
 from broker.callback import USER_AGENT
-from timer_service.clock import SystemClock
+from timer_service.clock import Clock, FakeClock, SystemClock
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, JobState, RetryPolicy, second_of
@@ -59,6 +62,7 @@ class Receiver:
     in_flight: dict[str, int] = field(default_factory=dict)
     max_in_flight: dict[str, int] = field(default_factory=dict)
     port: int = 0
+    clock: Clock = field(default_factory=SystemClock)  # arrival times, slow answers
     _runner: web.AppRunner | None = None
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -87,7 +91,7 @@ class Receiver:
         return [r for r in self.received if r.path == f"/{biz}"]
 
     async def _handle(self, request: web.Request) -> web.Response:
-        at_ms = time.time() * 1000
+        at_ms = self.clock.now_ms()
         biz = request.match_info["biz"]
         record = Received(at_ms, request.path, dict(request.headers), await request.read())
         self.received.append(record)
@@ -103,7 +107,7 @@ class Receiver:
             if delay_s:
                 # Hanging answers end when the receiver stops, so teardown is quick.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), delay_s)
+                    await self.clock.wait_for(self._closing.wait(), delay_s)
             return web.Response(status=status, headers=headers)
         finally:
             self.in_flight[biz] -= 1
@@ -112,10 +116,13 @@ class Receiver:
 class DaemonStandIn:
     """Plays the daemon for tests: claims pending jobs up to 1.5 s ahead and publishes them."""
 
-    def __init__(self, store: Store, queue: Any, ahead_ms: int = 1500) -> None:
+    def __init__(
+        self, store: Store, queue: Any, ahead_ms: int = 1500, clock: Clock | None = None
+    ) -> None:
         self._store = store
         self._queue = queue
         self._ahead_ms = ahead_ms
+        self._clock = clock or SystemClock()
         self._task: asyncio.Task[None] | None = None
         self.seconds: set[int] = set()
         self._stopping = False
@@ -124,7 +131,7 @@ class DaemonStandIn:
         self.seconds.update(second_of(ms) for ms in due_ms)
 
     async def dispatch_once(self) -> int:
-        now = int(time.time() * 1000)
+        now = self._clock.now_ms()
         published = 0
         for second in sorted(s for s in self.seconds if s * 1000 <= now + self._ahead_ms):
             claimed = await self._store.dispatch.claim_due(
@@ -147,7 +154,7 @@ class DaemonStandIn:
             while not self._stopping:
                 await self.follow_retries(jobs)
                 await self.dispatch_once()
-                await asyncio.sleep(every_s)
+                await self._clock.sleep(every_s)
 
         self._task = asyncio.create_task(loop())
 
@@ -163,26 +170,37 @@ def now_ms() -> int:
 
 
 async def create(
-    store: Store, biz: str, job_ids: Iterable[str], due_at: int, payload: Any = None
+    store: Store,
+    biz: str,
+    job_ids: Iterable[str],
+    due_at: int,
+    payload: Any = None,
+    created_at: int | None = None,
 ) -> list[tuple[str, str]]:
     news = [
         NewJob(biz, j, due_at, json.dumps(payload if payload is not None else {"j": j}))
         for j in job_ids
     ]
-    await store.jobs.create_jobs(news, now_ms())
+    await store.jobs.create_jobs(news, now_ms() if created_at is None else created_at)
     return [(n.biz_type, n.job_id) for n in news]
 
 
 async def wait_for_states(
-    store: Store, jobs: Iterable[tuple[str, str]], states: set[JobState], timeout_s: float
+    store: Store,
+    jobs: Iterable[tuple[str, str]],
+    states: set[JobState],
+    timeout_s: float,
+    clock: FakeClock | None = None,
 ) -> list[Job]:
+    """Poll every 20 ms: of real time, or of a FakeClock's, which runs meanwhile."""
     jobs = list(jobs)
-    deadline = time.monotonic() + timeout_s
+    monotonic_s = time.monotonic if clock is None else clock.monotonic_s
+    deadline = monotonic_s() + timeout_s
     while True:
         found = [await store.jobs.get_job(b, j) for b, j in jobs]
         if all(f is not None and f.state in states for f in found):
             return [f for f in found if f is not None]
-        if time.monotonic() > deadline:
+        if monotonic_s() > deadline:
             tally = Counter(f.state.value if f else None for f in found)
             off = [
                 f"{b}/{j}={f.state.value if f else None}"
@@ -193,7 +211,7 @@ async def wait_for_states(
                 f"expected all {sorted(states)} within {timeout_s}s, got {dict(tally)}"
                 f" (first: {off[:5]})"
             )
-        await asyncio.sleep(0.02)
+        await (asyncio.sleep(0.02) if clock is None else clock.run_for(20))
 
 
 def fast_retry(max_attempts: int = 5, initial_ms: int = 100) -> RetryPolicy:
@@ -216,11 +234,17 @@ class World:
     receiver: Receiver
     daemon: DaemonStandIn
     metrics: Metrics
+    clock: FakeClock
 
     async def put_biz(self, name: str, **config: Any) -> BizType:
         biz = BizType(name, self.receiver.url(name), **config)
         await self.store.biz_types.put_biz_type(biz)
         return biz
+
+    async def create(
+        self, biz: str, job_ids: Iterable[str], due_at: int, payload: Any = None
+    ) -> list[tuple[str, str]]:
+        return await create(self.store, biz, job_ids, due_at, payload, self.clock.now_ms())
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
@@ -231,17 +255,18 @@ class World:
 async def world(memory_store: Any) -> AsyncIterator[World]:
     from timer_service.queue.memory import MemoryQueue
 
+    clock = FakeClock(max_step_ms=10)  # callbacks go over loopback HTTP meanwhile
     queue = MemoryQueue()
-    receiver = Receiver()
+    receiver = Receiver(clock=clock)
     await receiver.start()
     metrics = Metrics()
     settings = Settings(shutdown_grace_s=3)  # type: ignore[call-arg]
-    broker = Broker(settings, memory_store, queue, metrics, SystemClock(), broker_id="b1")
-    daemon = DaemonStandIn(memory_store, queue)
-    w = World(memory_store, queue, broker, receiver, daemon, metrics)
+    broker = Broker(settings, memory_store, queue, metrics, clock, broker_id="b1")
+    daemon = DaemonStandIn(memory_store, queue, clock=clock)
+    w = World(memory_store, queue, broker, receiver, daemon, metrics, clock)
     yield w
     await daemon.stop()
-    await broker.stop()
+    await clock.drive(broker.stop())
     await receiver.stop()
 
 
@@ -255,11 +280,11 @@ async def started(w: World) -> None:
 async def test_delivers_on_time_never_early_with_contract_headers(world: World) -> None:
     await world.put_biz("orders", signing_secret="s3cret")
     await started(world)
-    due = now_ms() + 400
-    jobs = await create(world.store, "orders", ["a", "b", "c"], due, payload={"n": 1, "s": "é"})
+    due = world.clock.now_ms() + 400
+    jobs = await world.create("orders", ["a", "b", "c"], due, payload={"n": 1, "s": "é"})
     world.daemon.watch([due])
     assert await world.daemon.dispatch_once() == 3
-    done = await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    done = await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5, world.clock)
     assert len(world.receiver.received) == 3, f"expected 3 callbacks, got {world.receiver.received}"
     for r in world.receiver.received:
         assert r.at_ms >= due, f"early by {due - r.at_ms:.1f} ms"
@@ -290,11 +315,11 @@ async def test_retries_then_delivers_with_backoff_gaps(world: World) -> None:
     world.receiver.responder = lambda r: (next(statuses), {}, 0.0)
     await world.put_biz("orders", retry=fast_retry())
     await started(world)
-    due = now_ms() + 100
-    jobs = await create(world.store, "orders", ["r1"], due)
+    due = world.clock.now_ms() + 100
+    jobs = await world.create("orders", ["r1"], due)
     world.daemon.watch([due])
     world.daemon.run(jobs)
-    (job,) = await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    (job,) = await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5, world.clock)
     got = [(a.attempt, a.status_code, a.error) for a in job.history]
     assert got == [(1, 500, "HTTP 500"), (2, 503, "HTTP 503"), (3, 200, None)], f"got {got}"
     arrivals = [r.at_ms for r in world.receiver.for_job("r1")]
@@ -308,13 +333,13 @@ async def test_permanent_failure_is_dead_at_once(world: World) -> None:
     world.receiver.responder = lambda r: (400, {}, 0.0)
     await world.put_biz("orders", retry=fast_retry())
     await started(world)
-    due = now_ms()
-    jobs = await create(world.store, "orders", ["bad"], due)
+    due = world.clock.now_ms()
+    jobs = await world.create("orders", ["bad"], due)
     world.daemon.watch([due])
     world.daemon.run(jobs)
-    (job,) = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5)
+    (job,) = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5, world.clock)
     assert [a.status_code for a in job.history] == [400], f"got {job.history}"
-    await asyncio.sleep(0.3)
+    await world.clock.run_for(300)
     assert len(world.receiver.received) == 1
 
 
@@ -322,11 +347,11 @@ async def test_exhausted_attempts_are_dead(world: World) -> None:
     world.receiver.responder = lambda r: (503, {"Retry-After": "0"}, 0.0)
     await world.put_biz("orders", retry=fast_retry(max_attempts=3))
     await started(world)
-    due = now_ms()
-    jobs = await create(world.store, "orders", ["x"], due)
+    due = world.clock.now_ms()
+    jobs = await world.create("orders", ["x"], due)
     world.daemon.watch([due])
     world.daemon.run(jobs)
-    (job,) = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5)
+    (job,) = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5, world.clock)
     assert [a.attempt for a in job.history] == [1, 2, 3], f"got {job.history}"
 
 
@@ -336,13 +361,11 @@ async def test_timeout_and_connection_error_are_retried(world: World) -> None:
     world_biz_down = BizType("down", "http://127.0.0.1:9/nothing", retry=fast_retry(max_attempts=1))
     await world.store.biz_types.put_biz_type(world_biz_down)
     await started(world)
-    due = now_ms()
-    jobs = await create(world.store, "slow", ["t"], due) + await create(
-        world.store, "down", ["c"], due
-    )
+    due = world.clock.now_ms()
+    jobs = await world.create("slow", ["t"], due) + await world.create("down", ["c"], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    slow, down = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5)
+    slow, down = await wait_for_states(world.store, jobs, {JobState.DEAD}, 5, world.clock)
     assert slow.history[0].error == "timeout" and slow.history[0].status_code is None
     assert (down.history[0].error or "").startswith("connection error"), f"got {down.history}"
 
@@ -350,13 +373,13 @@ async def test_timeout_and_connection_error_are_retried(world: World) -> None:
 async def test_cancelled_after_publication_is_not_called_back(world: World) -> None:
     await world.put_biz("orders")
     await started(world)
-    due = now_ms() + 500
-    jobs = await create(world.store, "orders", ["keep", "cancel"], due)
+    due = world.clock.now_ms() + 500
+    jobs = await world.create("orders", ["keep", "cancel"], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    await world.store.jobs.cancel_job("orders", "cancel", now_ms())
-    await wait_for_states(world.store, jobs[:1], {JobState.DELIVERED}, 5)
-    await asyncio.sleep(0.1)
+    await world.store.jobs.cancel_job("orders", "cancel", world.clock.now_ms())
+    await wait_for_states(world.store, jobs[:1], {JobState.DELIVERED}, 5, world.clock)
+    await world.clock.run_for(100)
     got = [r.json["job_id"] for r in world.receiver.received]
     assert got == ["keep"], f"expected only 'keep' called back, got {got}"
     assert world.metric("timer_messages_dropped_total", biz_type="orders") == 1
@@ -365,16 +388,18 @@ async def test_cancelled_after_publication_is_not_called_back(world: World) -> N
 async def test_duplicate_and_stale_messages_send_once(world: World) -> None:
     await world.put_biz("orders")
     await started(world)
-    due = now_ms() + 200
-    jobs = await create(world.store, "orders", ["d"], due)
+    due = world.clock.now_ms() + 200
+    jobs = await world.create("orders", ["d"], due)
     world.daemon.watch([due])
-    (claimed,) = await world.store.dispatch.claim_due(second_of(due), due, "claim-1", 1, now_ms())
+    (claimed,) = await world.store.dispatch.claim_due(
+        second_of(due), due, "claim-1", 1, world.clock.now_ms()
+    )
     stale = type(claimed)(
         **{**{s: getattr(claimed, s) for s in claimed.__slots__}, "claim": "old-claim"}
     )
     await world.queue.publish([claimed, claimed, stale])
-    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
-    await asyncio.sleep(0.3)
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5, world.clock)
+    await world.clock.run_for(300)
     got = world.receiver.received
     assert len(got) == 1, f"expected one callback, got {got}"
     assert world.metric("timer_messages_dropped_total", biz_type="orders") == 2
@@ -383,14 +408,14 @@ async def test_duplicate_and_stale_messages_send_once(world: World) -> None:
 async def test_paused_holds_then_sends_after_unpause(world: World) -> None:
     biz = await world.put_biz("orders", paused=True)
     await started(world)
-    due = now_ms()
-    jobs = await create(world.store, "orders", [f"p{i}" for i in range(5)], due)
+    due = world.clock.now_ms()
+    jobs = await world.create("orders", [f"p{i}" for i in range(5)], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    await asyncio.sleep(1.5)
+    await world.clock.run_for(1500)
     assert world.receiver.received == [], "a paused biz type was called back"
     await world.store.biz_types.put_biz_type(replace(biz, paused=False))
-    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5, world.clock)
     assert len(world.receiver.received) == 5
 
 
@@ -399,12 +424,12 @@ async def test_rate_limit_and_in_flight_cap(world: World) -> None:
     await world.put_biz("limited", rate_limit_per_s=50, burst=5)
     await world.put_biz("capped", max_concurrency=3)
     await started(world)
-    due = now_ms() + 200
-    jobs = await create(world.store, "limited", [f"l{i}" for i in range(40)], due)
-    jobs += await create(world.store, "capped", [f"c{i}" for i in range(30)], due)
+    due = world.clock.now_ms() + 200
+    jobs = await world.create("limited", [f"l{i}" for i in range(40)], due)
+    jobs += await world.create("capped", [f"c{i}" for i in range(30)], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 10)
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 10, world.clock)
     sent = [int(r.headers["X-Timer-Timestamp"]) / 1000 for r in world.receiver.for_biz("limited")]
     for window_s in (0.0, 0.05, 0.1, 0.2, 0.5):
         allowed = 5 + 50 * (window_s + 0.002)  # ms timestamps, taken just after the token
@@ -419,12 +444,12 @@ async def test_stop_finishes_in_flight_and_hands_back_held(world: World) -> None
     world.receiver.responder = lambda r: (200, {}, 0.3)
     await world.put_biz("orders", max_concurrency=2)
     await started(world)
-    due = now_ms()
-    jobs = await create(world.store, "orders", [f"s{i}" for i in range(6)], due)
+    due = world.clock.now_ms()
+    jobs = await world.create("orders", [f"s{i}" for i in range(6)], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    await asyncio.sleep(0.15)  # two in flight, four held
-    await world.broker.stop()
+    await world.clock.run_for(150)  # two in flight, four held
+    await world.clock.drive(world.broker.stop())
     states = [(await world.store.jobs.get_job(b, j)).state for b, j in jobs]  # type: ignore[union-attr]
     assert states.count(JobState.DELIVERED) == 2, f"expected 2 delivered, got {states}"
     assert states.count(JobState.DISPATCHED) == 4, f"expected 4 still dispatched, got {states}"
@@ -435,16 +460,17 @@ async def test_stop_finishes_in_flight_and_hands_back_held(world: World) -> None
 async def test_heartbeat_says_what_is_held(world: World) -> None:
     await world.put_biz("orders", paused=True)
     await started(world)
-    due = now_ms()
-    await create(world.store, "orders", ["h"], due)
+    due = world.clock.now_ms()
+    await world.create("orders", ["h"], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    deadline = time.monotonic() + 4
-    while "orders" not in await world.store.leases.held_biz_types(now_ms()):
-        assert time.monotonic() < deadline, "heartbeat never reported 'orders' as held"
-        await asyncio.sleep(0.1)
-    await world.broker.stop()
-    assert await world.store.leases.held_biz_types(now_ms()) == set()
+
+    async def held() -> bool:
+        return "orders" in await world.store.leases.held_biz_types(world.clock.now_ms())
+
+    assert await world.clock.run_until(held, 4000), "heartbeat never reported 'orders' as held"
+    await world.clock.drive(world.broker.stop())
+    assert await world.store.leases.held_biz_types(world.clock.now_ms()) == set()
 
 
 async def test_config_change_applies_without_restart(world: World) -> None:
@@ -453,12 +479,12 @@ async def test_config_change_applies_without_restart(world: World) -> None:
     await world.store.biz_types.put_biz_type(
         BizType("orders", world.receiver.url("moved"), signing_secret="new")
     )
-    await asyncio.sleep(1.3)
-    due = now_ms()
-    jobs = await create(world.store, "orders", ["m"], due)
+    await world.clock.run_for(1300)
+    due = world.clock.now_ms()
+    jobs = await world.create("orders", ["m"], due)
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
-    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5)
+    await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 5, world.clock)
     (r,) = world.receiver.received
     assert r.path == "/moved" and "webhook-signature" in r.headers, f"got {r.path} {r.headers}"
 
@@ -469,7 +495,5 @@ async def test_deleted_biz_type_stops_its_consumer(world: World) -> None:
     await started(world)
     assert world.broker.biz_types == ["orders", "other"]
     await world.store.biz_types.delete_biz_type("orders")
-    deadline = time.monotonic() + 3
-    while world.broker.biz_types != ["other"]:
-        assert time.monotonic() < deadline, f"expected ['other'], got {world.broker.biz_types}"
-        await asyncio.sleep(0.05)
+    stopped = await world.clock.run_until(lambda: world.broker.biz_types == ["other"], 3000)
+    assert stopped, f"expected ['other'], got {world.broker.biz_types}"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from broker.callback import CallbackRequest, Response
-from broker.lane import CHECK_AHEAD_MS, Lane
+from broker.lane import CHECK_AHEAD_MS, CHECK_GIVE_UP_AFTER_S, Lane
 from broker.outcomes import OutcomeWriter
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
@@ -35,16 +35,16 @@ class FakeDelivery:
     def __init__(self, job: Claimed) -> None:
         self.job = job
         self.redelivered = False
-        self.acked = False
+        self.fates: list[str] = []
 
     async def ack(self) -> None:
-        self.acked = True
+        self.fates.append("ack")
 
     async def requeue(self) -> None:
-        raise AssertionError("not expected")
+        self.fates.append("requeue")
 
     async def drop(self) -> None:
-        raise AssertionError("not expected")
+        self.fates.append("drop")
 
 
 async def settle() -> None:
@@ -81,7 +81,8 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     due = fake_clock.now_ms() + 1000
     (job,) = await claimed_jobs(store, fake_clock, 1, due)
     lane = make_lane(parts, fake_clock)
-    lane.offer(FakeDelivery(job))
+    delivery = FakeDelivery(job)
+    lane.offer(delivery)
 
     delay = lane._step()
     assert delay == pytest.approx((1000 - CHECK_AHEAD_MS) / 1000), f"got {delay}"
@@ -103,9 +104,51 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     await settle()
     assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
     await settle()
-    await asyncio.sleep(0.01)  # the outcome writer's batching window
+    await fake_clock.run_for(10)  # the outcome writer's batching window
     done = await store.jobs.get_job("orders", "j0")
     assert done.state is JobState.DELIVERED and done.history[0].at == due, f"got {done}"
+    assert delivery.fates == ["ack"], f"expected the message acked once, got {delivery.fates}"
+    await lane.close()
+
+
+async def test_the_running_lane_waits_on_its_clock(parts: Any, fake_clock: FakeClock) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms() + 1500
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    lane = make_lane(parts, fake_clock)
+    lane.start()
+    lane.offer(FakeDelivery(job))
+    assert await fake_clock.run_until(lambda: bool(sender.sent), 5000), "never sent"
+    assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
+    assert store.ops["fetch_for_send"] == 1
+    await lane.close()
+
+
+async def test_a_check_failing_past_its_bound_hands_the_messages_back(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, _, metrics = parts
+
+    async def down(*_: object) -> None:
+        raise ConnectionError("store away")
+
+    jobs = await claimed_jobs(store, fake_clock, 2, fake_clock.now_ms())
+    store.outcomes.fetch_for_send = down
+    lane = make_lane(parts, fake_clock)
+    lane.start()
+    deliveries = [FakeDelivery(job) for job in jobs]
+    for delivery in deliveries:
+        lane.offer(delivery)
+    started = fake_clock.monotonic_s()
+    assert await fake_clock.run_until(lambda: all(d.fates for d in deliveries), 30_000)
+    waited = fake_clock.monotonic_s() - started
+    assert CHECK_GIVE_UP_AFTER_S <= waited < CHECK_GIVE_UP_AFTER_S + 2.5, f"gave up after {waited}s"
+    assert [d.fates for d in deliveries] == [["requeue"], ["requeue"]]
+    assert sender.sent == [] and not lane.holding
+    errors = metrics.registry.get_sample_value(
+        "timer_store_errors_total", {"operation": "fetch_for_send"}
+    )
+    assert errors and errors > 3, f"expected the retries counted, got {errors}"
     await lane.close()
 
 

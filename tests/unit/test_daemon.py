@@ -490,9 +490,9 @@ async def test_claims_piled_up_during_an_outage_go_out_together(
     leading = True
     for claim in claims:
         publisher.submit([claim], lambda: leading)
-    await asyncio.sleep(0.05)  # the first claim retries; the other 29 pile up
+    await clock.run_for(50)  # the first claim retries; the other 29 pile up
     queue.down = False
     rounds_while_down = queue.rounds
-    assert await publisher.drain(5)
+    assert await clock.drive(publisher.drain(5))
     assert [job.job_id for job in queue.published] == [f"j{i}" for i in range(30)]
     assert queue.rounds - rounds_while_down <= 2, "the piled-up claims should go out together"

@@ -158,6 +158,8 @@ class JobLife(RuleBasedStateMachine):
     def cancel(self) -> None:
         try:
             self._apply(machine.cancel(self.job, self.now))
+        except CallbackInFlight:
+            assert self.job.state == JobState.DISPATCHED and self.job.sending is not None
         except Conflict:
             assert self.job.state in (JobState.DELIVERED, JobState.DEAD)
 

@@ -1,0 +1,104 @@
+"""A message's fate (ack, requeue or drop), decided from the facts and carried out in one place.
+
+The deciding functions are pure. `carry_out` is the only broker code that acks,
+requeues or drops a message: it settles the message together with its twins
+(other messages of the same dispatch, see broker.lane), logs the fate and counts
+the messages acked without being called back (`timer_messages_dropped_total`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from timer_service.metrics import Metrics
+from timer_service.queue.base import Delivery
+
+log = logging.getLogger(__name__)
+
+
+class Action(Enum):
+    ACK = "ack"  # done with: its outcome is stored, or there is nothing to send
+    REQUEUE = "requeue"  # back to the queue: the job is still dispatched under its claim
+    DROP = "drop"  # rejected for good
+
+
+@dataclass(frozen=True, slots=True)
+class Fate:
+    action: Action
+    reason: str  # for the logs
+    sent: bool = False  # the first of the messages was called back (its twins were not)
+
+
+OUTCOME_STORED = Fate(Action.ACK, "outcome stored", sent=True)
+OUTCOME_NOT_STORED = Fate(Action.REQUEUE, "outcome not stored", sent=True)
+NOT_DISPATCHED = Fate(Action.ACK, "job no longer dispatched under this claim")
+SUPERSEDED = Fate(Action.ACK, "another message carries the job's claim")
+CHECK_FAILED = Fate(Action.REQUEUE, "send check failed")
+
+
+def after_check(job_found: bool, claim_matches: bool) -> Fate | None:
+    """A held message's fate once the store said which jobs are still dispatched under
+    their message's claim: None when it goes on to be sent.
+
+    `job_found`: the store returned the message's job. `claim_matches`: that job's
+    claim is the message's (two messages of one job can share a check, and the
+    store answers by job key).
+    """
+    if not job_found:
+        return NOT_DISPATCHED  # cancelled after publication, already done, or stale
+    if not claim_matches:
+        return SUPERSEDED
+    return None
+
+
+def check_failed() -> Fate:
+    """The store could not say, within the bound: someone must try again."""
+    return CHECK_FAILED
+
+
+def after_outcome(persisted: bool) -> Fate:
+    """A sent message's fate once its outcome is stored, or was not within the bound:
+    the job is then still dispatched under the claim, so it will be sent again (a
+    duplicate across an outage, never a loss)."""
+    return OUTCOME_STORED if persisted else OUTCOME_NOT_STORED
+
+
+async def carry_out(fate: Fate, deliveries: Sequence[Delivery], metrics: Metrics) -> None:
+    """Settle a message and its twins alike; a failure is logged, not raised (an
+    unsettled message comes back from the queue later)."""
+    job = deliveries[0].job
+    if fate.action is Action.ACK:
+        for _ in range(len(deliveries) - 1 if fate.sent else len(deliveries)):
+            metrics.message_dropped(job.biz_type)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "message settled",
+            extra={
+                "biz_type": job.biz_type,
+                "job_id": job.job_id,
+                "fate": fate.action.value,
+                "reason": fate.reason,
+                "messages": len(deliveries),
+            },
+        )
+    for delivery in deliveries:
+        try:
+            if fate.action is Action.ACK:
+                await delivery.ack()
+            elif fate.action is Action.REQUEUE:
+                await delivery.requeue()
+            else:
+                await delivery.drop()
+        except Exception as exc:  # a lost ack is redelivered, then dropped
+            log.warning(
+                "could not settle message",
+                extra={
+                    "biz_type": job.biz_type,
+                    "job_id": job.job_id,
+                    "fate": fate.action.value,
+                    "error": repr(exc),
+                },
+            )

@@ -1,0 +1,123 @@
+"""The outcome writer on a FakeClock: batched writes, acks after them, requeues past the bound."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from broker.outcomes import FLUSH_AFTER_S, GIVE_UP_AFTER_S, OutcomeWriter, Pending
+from timer_service.clock import FakeClock
+from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SendRef
+from timer_service.jobs import NewJob
+from timer_service.metrics import Metrics
+from timer_service.model import Attempt, JobState, second_of
+from timer_service.store.memory import MemoryStore
+
+
+class FakeDelivery:
+    def __init__(self, job: Claimed) -> None:
+        self.job = job
+        self.redelivered = False
+        self.fates: list[str] = []
+
+    async def ack(self) -> None:
+        self.fates.append("ack")
+
+    async def requeue(self) -> None:
+        self.fates.append("requeue")
+
+    async def drop(self) -> None:
+        self.fates.append("drop")
+
+
+class Flaky:
+    """Makes the store's record_outcomes fail while `down`."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.down = False
+        self._record = store.outcomes.record_outcomes
+        store.outcomes.record_outcomes = self.record  # type: ignore[method-assign]
+
+    async def record(self, *args: Any) -> None:
+        if self.down:
+            raise ConnectionError("store away")
+        await self._record(*args)
+
+
+@pytest.fixture
+async def writer(memory_store: Any, fake_clock: FakeClock) -> AsyncIterator[OutcomeWriter]:
+    w = OutcomeWriter(memory_store, Metrics(), fake_clock)
+    w.start()
+    yield w
+    await w.stop()
+
+
+async def sent(store: MemoryStore, clock: FakeClock, count: int) -> list[Pending]:
+    """`count` jobs claimed and called back; their outcomes not yet written."""
+    now = clock.now_ms()
+    await store.jobs.create_jobs([NewJob("orders", f"j{i}", now, "{}") for i in range(count)], now)
+    claimed = await store.dispatch.claim_due(second_of(now), now, "c1", 1, now)
+    return [
+        Pending(
+            Outcome(
+                SendRef(c.biz_type, c.job_id, c.second, c.claim),
+                OutcomeKind.DELIVERED,
+                Attempt(1, now, 200, None, 3),
+            ),
+            [FakeDelivery(c)],
+            lambda: None,
+        )
+        for c in claimed
+    ]
+
+
+def fates(pending: list[Pending]) -> list[list[str]]:
+    return [d.fates for p in pending for d in p.deliveries]  # type: ignore[attr-defined]
+
+
+async def test_outcomes_are_written_in_one_batch_then_acked(
+    writer: OutcomeWriter, memory_store: MemoryStore, fake_clock: FakeClock
+) -> None:
+    pending = await sent(memory_store, fake_clock, 3)
+    for p in pending:
+        writer.submit(p)
+    await fake_clock.run_for(round(FLUSH_AFTER_S * 1000) - 1)
+    assert memory_store.ops["record_outcomes"] == 0, "written before the batching window ended"
+    assert await fake_clock.run_until(lambda: all(fates(pending)), 100)
+    assert memory_store.ops["record_outcomes"] == 1, memory_store.ops
+    assert fates(pending) == [["ack"]] * 3
+    job = await memory_store.jobs.get_job("orders", "j0")
+    assert job is not None and job.state is JobState.DELIVERED, job
+
+
+async def test_a_store_hiccup_within_the_bound_costs_only_time(
+    writer: OutcomeWriter, memory_store: MemoryStore, fake_clock: FakeClock
+) -> None:
+    flaky = Flaky(memory_store)
+    flaky.down = True
+    pending = await sent(memory_store, fake_clock, 2)
+    for p in pending:
+        writer.submit(p)
+    await fake_clock.run_for(3000)
+    assert fates(pending) == [[], []], "settled while the store was away"
+    flaky.down = False
+    assert await fake_clock.run_until(lambda: all(fates(pending)), 5000)
+    assert fates(pending) == [["ack"], ["ack"]]
+
+
+async def test_outcomes_not_stored_within_the_bound_go_back_to_the_queue(
+    writer: OutcomeWriter, memory_store: MemoryStore, fake_clock: FakeClock
+) -> None:
+    Flaky(memory_store).down = True
+    pending = await sent(memory_store, fake_clock, 2)
+    for p in pending:
+        writer.submit(p)
+    started = fake_clock.monotonic_s()
+    assert await fake_clock.run_until(lambda: all(fates(pending)), 60_000)
+    waited = fake_clock.monotonic_s() - started
+    assert GIVE_UP_AFTER_S <= waited < GIVE_UP_AFTER_S + 2.5, f"gave up after {waited}s"
+    assert fates(pending) == [["requeue"], ["requeue"]]
+    job = await memory_store.jobs.get_job("orders", "j0")
+    assert job is not None and job.state is JobState.DISPATCHED, "the job must stay dispatched"
