@@ -10,14 +10,15 @@ may go out around the handover.
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
 (``CHECK_AHEAD_MS``; up to ``MAX_CHECK_AHEAD_MS`` while the store answers
-slowly) it asks the store, in one batch for all upcoming messages, which jobs are
-still dispatched under their message's claim; it drops the rest, and keeps the
-survivors in ``_ready`` until the wall clock reaches their moment and a token
-and an in-flight slot are free. A paused lane sends nothing and keeps holding.
+slowly), for no more messages than can go out by then (tokens, slots), it marks
+their jobs as being sent, in one conditional batch (`start_sending`): only jobs
+still dispatched under their message's claim, not cancelled, and not started by
+another message. The rest are dropped; the marked ones wait in ``_ready`` until
+the wall clock reaches their moment and a token and an in-flight slot are free.
 
-The window between that check and the send is the only time a cancel can
-race a callback: ~80 ms normally, at most the look-ahead plus ``FRESH_MS``
-when a message waits for the rate limit or a slot (the check is repeated then).
+From the mark on, a cancel answers 409 "callback in flight" and the callback
+goes out: so a 200 cancel is never followed by a callback. The mark comes at
+most the look-ahead before the due moment (a paused lane keeps what it marked).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ import contextlib
 import itertools
 import logging
 import math
+import uuid
 from dataclasses import dataclass, field
 
-from broker.callback import attempt_record, build_request, judge
+from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
@@ -49,7 +51,6 @@ log = logging.getLogger(__name__)
 
 CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
 MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
-FRESH_MS = 250  # a check older than the look-ahead plus this is repeated before sending
 MAX_CHECK_BATCH = 500
 CHECK_GIVE_UP_AFTER_S = 10.0
 
@@ -109,6 +110,8 @@ class Lane:
         self._unsettled = 0  # sent; outcome not yet persisted and acked
         self._by_key: dict[str, Held] = {}
         self._seq = itertools.count()
+        self._token_prefix = uuid.uuid4().hex[:12]
+        self._tokens = itertools.count(1)
         self._sending = True
         self._check_task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
@@ -201,11 +204,6 @@ class Lane:
             if item.not_before > now:
                 wait_ms = item.not_before - now
                 break
-            if now - item.checked_at > self._check_ahead_ms + FRESH_MS:
-                ready.pop(0)
-                item.job = None
-                _insert(self._held, item)
-                continue
             if self._in_flight >= biz.max_concurrency:
                 self._note_limited(item)
                 break  # a finishing callback wakes the lane
@@ -259,10 +257,12 @@ class Lane:
     async def _check(self, batch: list[Held]) -> None:
         refs = [item.ref for item in batch]
         asked_at = self._clock.monotonic_s()
+        # One token for the batch: a retried write finds its own marks again.
+        token = f"{self._token_prefix}.{next(self._tokens)}"
         try:
             jobs = await retried(
-                "fetch_for_send",
-                lambda: self._store.outcomes.fetch_for_send(refs),
+                "start_sending",
+                lambda: self._store.outcomes.start_sending(refs, token, self._clock.now_ms()),
                 self._metrics,
                 self._clock,
                 CHECK_GIVE_UP_AFTER_S,
@@ -320,15 +320,30 @@ class Lane:
         fired_at = self._clock.now_ms()
         request = build_request(biz, job, attempt, fired_at)
         self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.due_at) / 1000)
+        if job.next_attempt_at is not None and fired_at < job.next_attempt_at:
+            self._metrics.callback_early(biz.biz_type, (job.next_attempt_at - fired_at) / 1000)
         started = self._clock.monotonic_s()
         try:
             response = await self._sender.post(biz.callback_url, request, biz.timeout_ms / 1000)
+        except Exception as exc:  # whatever went wrong is this attempt's failure
+            log.exception("callback failed unexpectedly", extra={"biz_type": biz.biz_type})
+            response = Response(None, error=f"{type(exc).__name__}: {str(exc)[:200]}")
         finally:
             self._in_flight -= 1
             self._wake()
         duration_s = max(0.0, self._clock.monotonic_s() - started)
         known_at = self._clock.now_ms()
-        verdict = judge(response, biz.retry, attempt, job.budget_base, known_at)
+        try:
+            verdict = judge(response, biz.retry, attempt, job.budget_base, known_at)
+        except Exception as exc:  # an answer we cannot judge: a failed attempt, retried
+            log.exception("callback answer not understood", extra={"biz_type": biz.biz_type})
+            verdict = judge(
+                Response(None, error=f"unreadable answer: {type(exc).__name__}"),
+                biz.retry,
+                attempt,
+                job.budget_base,
+                known_at,
+            )
         self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
         if verdict.kind is not OutcomeKind.DELIVERED:
             log.info(

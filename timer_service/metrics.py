@@ -51,6 +51,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
+        self._early = Counter(
+            "timer_callbacks_early",
+            "Callbacks sent before their due time or next_attempt_at (must stay 0)",
+            ["biz_type"],
+            registry=r,
+        )
+        self._earliness = Histogram(
+            "timer_callback_earliness_seconds",
+            "How early a callback sent before its time was (only early ones are observed)",
+            ["biz_type"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self._callbacks = Counter(
             "timer_callbacks", "Callback outcomes", ["biz_type", "outcome"], registry=r
         )
@@ -146,6 +159,12 @@ class Metrics:
     def callback_sent(self, biz_type: str, attempt: int, lateness_s: float) -> None:
         if attempt == 1:
             self._delivery_lateness.labels(biz_type).observe(max(0.0, lateness_s))
+
+    def callback_early(self, biz_type: str, early_s: float) -> None:
+        """A callback went out before its due time (or a retry's next_attempt_at), by
+        this process's clock: must never happen; the amount goes to the histogram."""
+        self._early.labels(biz_type).inc()
+        self._earliness.labels(biz_type).observe(early_s)
 
     def callback_outcome(self, biz_type: str, outcome: str, duration_s: float) -> None:
         self._callbacks.labels(biz_type, outcome).inc()
