@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from bson import ObjectId
-from pymongo import AsyncMongoClient, UpdateOne
+from pymongo import AsyncMongoClient, UpdateOne, WriteConcern
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
@@ -51,12 +51,17 @@ class Layout:
     """The client and every collection of one database, shared by the ports."""
 
     def __init__(
-        self, client: AsyncMongoClient[Doc], db_name: str, buckets: int, retention_ms: int
+        self,
+        client: AsyncMongoClient[Doc],
+        db_name: str,
+        buckets: int,
+        retention_ms: int,
+        write_concern: WriteConcern | None = None,
     ) -> None:
         self.client = client
         self.buckets_n = buckets
         self.retention_ms = retention_ms
-        self.db: AsyncDatabase[Doc] = client[db_name]
+        self.db: AsyncDatabase[Doc] = client.get_database(db_name, write_concern=write_concern)
         self.locator = self.db[LOCATOR_COLLECTION]
         self.seconds = self.db[SECONDS_COLLECTION]
         self.biz = self.db[BIZ_TYPES_COLLECTION]
