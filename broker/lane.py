@@ -10,15 +10,14 @@ may go out around the handover.
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
 (``CHECK_AHEAD_MS``; up to ``MAX_CHECK_AHEAD_MS`` while the store answers
-slowly), for no more messages than can go out by then (tokens, slots), it marks
-their jobs as being sent, in one conditional batch (`start_sending`): only jobs
-still dispatched under their message's claim, not cancelled, and not started by
-another message. The rest are dropped; the marked ones wait in ``_ready`` until
-the wall clock reaches their moment and a token and an in-flight slot are free.
+slowly) it asks the store, in one batch for all upcoming messages, which jobs are
+still dispatched under their message's claim; it drops the rest, and keeps the
+survivors in ``_ready`` until the wall clock reaches their moment and a token
+and an in-flight slot are free. A paused lane sends nothing and keeps holding.
 
-From the mark on, a cancel answers 409 "callback in flight" and the callback
-goes out: so a 200 cancel is never followed by a callback. The mark comes at
-most the look-ahead before the due moment (a paused lane keeps what it marked).
+The window between that check and the send is the only time a cancel can
+race a callback: ~80 ms normally, at most the look-ahead plus ``FRESH_MS``
+when a message waits for the rate limit or a slot (the check is repeated then).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ import contextlib
 import itertools
 import logging
 import math
-import uuid
 from dataclasses import dataclass, field
 
 from broker.callback import Response, attempt_record, build_request, judge
@@ -51,6 +49,7 @@ log = logging.getLogger(__name__)
 
 CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
 MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
+FRESH_MS = 250  # a check older than the look-ahead plus this is repeated before sending
 MAX_CHECK_BATCH = 500
 CHECK_GIVE_UP_AFTER_S = 10.0
 
@@ -80,7 +79,16 @@ class Held:
     @property
     def ref(self) -> SendRef:
         c = self.delivery.job
-        return SendRef(c.biz_type, c.job_id, c.second, c.claim)
+        return SendRef(c.biz_type, c.job_id, c.second, c.claim, self.delivery.redelivered)
+
+    def prune(self) -> bool:
+        """Keep only messages whose channel is still open (a closed one's message is
+        back in the queue, for whoever consumes it now); False when none is left."""
+        live = [d for d in self.deliveries if d.live]
+        if not live:
+            return False
+        self.delivery, self.twins = live[0], live[1:]
+        return True
 
 
 class Lane:
@@ -110,8 +118,6 @@ class Lane:
         self._unsettled = 0  # sent; outcome not yet persisted and acked
         self._by_key: dict[str, Held] = {}
         self._seq = itertools.count()
-        self._token_prefix = uuid.uuid4().hex[:12]
-        self._tokens = itertools.count(1)
         self._sending = True
         self._check_task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
@@ -204,6 +210,11 @@ class Lane:
             if item.not_before > now:
                 wait_ms = item.not_before - now
                 break
+            if now - item.checked_at > self._check_ahead_ms + FRESH_MS:
+                ready.pop(0)
+                item.job = None
+                _insert(self._held, item)
+                continue
             if self._in_flight >= biz.max_concurrency:
                 self._note_limited(item)
                 break  # a finishing callback wakes the lane
@@ -212,6 +223,10 @@ class Lane:
                 wait_ms = min(wait_ms, self._bucket.wait_s(mono) * 1000)
                 break
             ready.pop(0)
+            if not item.prune():  # its channel closed: another broker has the message
+                self._forget(item)
+                self._metrics.message_dropped(biz.biz_type)
+                continue
             self._start_send(item)
         held = self._held
         if held and self._check_task is None:
@@ -255,14 +270,16 @@ class Lane:
         self._check_task = asyncio.create_task(self._check(batch))
 
     async def _check(self, batch: list[Held]) -> None:
+        gone = [item for item in batch if not item.prune()]
+        for item in gone:  # their channel closed: the queue has them back
+            self._forget(item)
+        batch = [item for item in batch if item not in gone]
         refs = [item.ref for item in batch]
         asked_at = self._clock.monotonic_s()
-        # One token for the batch: a retried write finds its own marks again.
-        token = f"{self._token_prefix}.{next(self._tokens)}"
         try:
             jobs = await retried(
-                "start_sending",
-                lambda: self._store.outcomes.start_sending(refs, token, self._clock.now_ms()),
+                "fetch_for_send",
+                lambda: self._store.outcomes.fetch_for_send(refs),
                 self._metrics,
                 self._clock,
                 CHECK_GIVE_UP_AFTER_S,
@@ -337,13 +354,8 @@ class Lane:
             verdict = judge(response, biz.retry, attempt, job.budget_base, known_at)
         except Exception as exc:  # an answer we cannot judge: a failed attempt, retried
             log.exception("callback answer not understood", extra={"biz_type": biz.biz_type})
-            verdict = judge(
-                Response(None, error=f"unreadable answer: {type(exc).__name__}"),
-                biz.retry,
-                attempt,
-                job.budget_base,
-                known_at,
-            )
+            unreadable = Response(None, error=f"unreadable answer: {type(exc).__name__}")
+            verdict = judge(unreadable, biz.retry, attempt, job.budget_base, known_at)
         self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
         if verdict.kind is not OutcomeKind.DELIVERED:
             log.info(

@@ -44,6 +44,7 @@ class SendRef:
     job_id: str
     second: int
     claim: str
+    retake: bool = False  # a redelivered message: may take over a send it had started
 
 
 class OutcomeKind(StrEnum):

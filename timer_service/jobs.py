@@ -301,12 +301,18 @@ def published(claim_token: str) -> Change:
     return _change(_DISPATCHED, claim_token, published=True)
 
 
-def start_sending(claim_token: str, send_token: str, now_ms: int) -> Change:
+def start_sending(claim_token: str, send_token: str, now_ms: int, retake: bool = False) -> Change:
     """A broker is about to send the callback of a job dispatched under this claim,
     that no cancel and no other message of the claim got to first. After it, a
-    cancel answers "in flight"."""
+    cancel answers "in flight".
+
+    `retake`: the message was redelivered, which the queue does only once the
+    channel that held it before is gone (its broker died or lost its connection,
+    and drops what it held): whoever had started the callback will not finish it,
+    so this message takes the send over (a duplicate only if that callback was
+    already on the wire)."""
     return Change(
-        Guard(_DISPATCHED, claim_token, idle=True),
+        Guard(_DISPATCHED, claim_token, idle=not retake),
         MappingProxyType({"sending": send_token, "updated_at": now_ms}),
     )
 

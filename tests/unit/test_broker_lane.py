@@ -36,6 +36,11 @@ class FakeDelivery:
         self.job = job
         self.redelivered = False
         self.fates: list[str] = []
+        self.channel_open = True
+
+    @property
+    def live(self) -> bool:
+        return self.channel_open and not self.fates
 
     async def ack(self) -> None:
         self.fates.append("ack")
@@ -86,12 +91,12 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
 
     delay = lane._step()
     assert delay == pytest.approx((1000 - CHECK_AHEAD_MS) / 1000), f"got {delay}"
-    assert store.ops["start_sending"] == 0, "checked too early"
+    assert store.ops["fetch_for_send"] == 0, "checked too early"
 
     fake_clock.advance(1000 - CHECK_AHEAD_MS)
     lane._step()
     await settle()
-    assert store.ops["start_sending"] == 1, "expected one batched check at due - ahead"
+    assert store.ops["fetch_for_send"] == 1, "expected one batched check at due - ahead"
     delay = lane._step()
     assert delay == pytest.approx(CHECK_AHEAD_MS / 1000), f"got {delay}"
 
@@ -120,7 +125,7 @@ async def test_the_running_lane_waits_on_its_clock(parts: Any, fake_clock: FakeC
     lane.offer(FakeDelivery(job))
     assert await fake_clock.run_until(lambda: bool(sender.sent), 5000), "never sent"
     assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
-    assert store.ops["start_sending"] == 1
+    assert store.ops["fetch_for_send"] == 1
     await lane.close()
 
 
@@ -133,7 +138,7 @@ async def test_a_check_failing_past_its_bound_hands_the_messages_back(
         raise ConnectionError("store away")
 
     jobs = await claimed_jobs(store, fake_clock, 2, fake_clock.now_ms())
-    store.outcomes.start_sending = down
+    store.outcomes.fetch_for_send = down
     lane = make_lane(parts, fake_clock)
     lane.start()
     deliveries = [FakeDelivery(job) for job in jobs]
@@ -146,7 +151,7 @@ async def test_a_check_failing_past_its_bound_hands_the_messages_back(
     assert [d.fates for d in deliveries] == [["requeue"], ["requeue"]]
     assert sender.sent == [] and not lane.holding
     errors = metrics.registry.get_sample_value(
-        "timer_store_errors_total", {"operation": "start_sending"}
+        "timer_store_errors_total", {"operation": "fetch_for_send"}
     )
     assert errors and errors > 3, f"expected the retries counted, got {errors}"
     await lane.close()
@@ -165,7 +170,7 @@ async def test_checks_are_batched(parts: Any, fake_clock: FakeClock) -> None:
     lane._step()
     await settle()
     assert len(sender.sent) == 100, f"expected 100 sends, got {len(sender.sent)}"
-    assert store.ops["start_sending"] == 1, f"expected 1 check, got {store.ops['start_sending']}"
+    assert store.ops["fetch_for_send"] == 1, f"expected 1 check, got {store.ops['fetch_for_send']}"
     await lane.close()
 
 

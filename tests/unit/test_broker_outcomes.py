@@ -21,6 +21,11 @@ class FakeDelivery:
         self.job = job
         self.redelivered = False
         self.fates: list[str] = []
+        self.channel_open = True
+
+    @property
+    def live(self) -> bool:
+        return self.channel_open and not self.fates
 
     async def ack(self) -> None:
         self.fates.append("ack")

@@ -44,6 +44,11 @@ class AmqpDelivery:
         self.redelivered = bool(message.redelivered)
         self._settled = False
 
+    @property
+    def live(self) -> bool:
+        channel = getattr(self._message, "channel", None)
+        return not self._settled and not (channel is not None and channel.is_closed)
+
     async def ack(self) -> None:
         await self._settle(self._message.ack)
 

@@ -55,6 +55,13 @@ class Delivery(Protocol):
     job: Claimed
     redelivered: bool
 
+    @property
+    def live(self) -> bool:
+        """Unsettled, and its channel still open: once the channel is gone the queue
+        has taken the message back (and may hand it to another consumer), so it must
+        no longer be acted on here."""
+        ...
+
     async def ack(self) -> None: ...
 
     async def requeue(self) -> None:

@@ -28,6 +28,10 @@ class MemoryDelivery:
         self.redelivered = redelivered
         self.settled = False
 
+    @property
+    def live(self) -> bool:
+        return not self.settled and not self._consumer._cancelled
+
     async def ack(self) -> None:
         self._settle()
 

@@ -81,7 +81,6 @@ class _Plan:
 class _Random:
     rate: float
     rng: random.Random
-    methods: frozenset[str]
     when: RandomWhen
 
 
@@ -93,7 +92,7 @@ class FaultyStore:
         self.buckets = store.buckets
         self.injected: list[Injected] = []
         self._plans: dict[str, deque[_Plan]] = {}
-        self._random: _Random | None = None
+        self._random: dict[str, _Random] = {}
         self.biz_types = cast(BizTypesPort, _FaultyPort(store.biz_types, self))
         self.jobs = cast(JobsPort, _FaultyPort(store.jobs, self))
         self.dispatch = cast(DispatchPort, _FaultyPort(store.dispatch, self))
@@ -118,25 +117,30 @@ class FaultyStore:
         when: RandomWhen = "both",
     ) -> None:
         """From now on each call of `methods` (default: all) fails with probability
-        `rate`, before or after applying (`both`: either, by a coin of `rng`)."""
+        `rate`, before or after applying (`both`: either, by a coin of `rng`). A later
+        call replaces this for the methods it names; the others keep theirs (an rng
+        per method makes one method's faults independent of how often others are
+        called: what a shrinking test case needs)."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"rate must be within [0, 1], not {rate}")
         if when not in ("before", "after", "both"):
             raise ValueError(f"when must be 'before', 'after' or 'both', not {when!r}")
-        chosen = frozenset(FAULTABLE if methods is None else methods)
+        chosen = list(FAULTABLE if methods is None else methods)
         for method in chosen:
             _check_method(method)
-        self._random = _Random(rate, rng, chosen, when)
+        chance = _Random(rate, rng, when)
+        for method in chosen:
+            self._random[method] = chance
 
     def heal(self) -> None:
         """No more faults, planned or random; the log of injected ones stays."""
         self._plans.clear()
-        self._random = None
+        self._random.clear()
 
     @property
     def armed(self) -> bool:
         """Some fault is still planned, or random faults are on."""
-        return self._random is not None or any(self._plans.values())
+        return bool(self._random) or any(self._plans.values())
 
     def injected_count(self, method: str | None = None, when: When | None = None) -> int:
         return sum(
@@ -155,8 +159,8 @@ class FaultyStore:
                 if plan.left == 0:
                     plans.popleft()
             return plan.when
-        chance = self._random
-        if chance is None or method not in chance.methods:
+        chance = self._random.get(method)
+        if chance is None:
             return None
         if chance.rng.random() >= chance.rate:
             return None
@@ -218,4 +222,4 @@ def faulty(store: Store) -> FaultyStore:
     return FaultyStore(store)
 
 
-__all__: list[str] = ["FAULTABLE", "FaultyStore", "Injected", "faulty"]
+__all__: list[str] = ["FAULTABLE", "FaultyStore", "Injected", "RandomWhen", "When", "faulty"]

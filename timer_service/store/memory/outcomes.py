@@ -30,7 +30,8 @@ class MemoryOutcomes:
             job = self._s.job(ref.biz_type, ref.job_id)
             if job is None:
                 continue
-            started = self._s.apply(job, machine.start_sending(ref.claim, send_token, now_ms))
+            change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
+            started = self._s.apply(job, change)
             if started is not None:
                 out[started.key] = started
         return out

@@ -50,25 +50,28 @@ class MongoOutcomes:
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
     ) -> dict[str, Job]:
-        """One conditional bulk write and one read per bucket, the buckets at once."""
-        by_bucket: dict[int, list[SendRef]] = defaultdict(list)
+        """One conditional update per (bucket, claim) — the jobs of one claim round
+        share their claim, so a batch is a few statements, not one per job — then one
+        read per bucket of what this token marked; the buckets at once."""
+        groups: dict[tuple[int, str, bool], list[str]] = defaultdict(list)
         for ref in refs:
-            by_bucket[self._l.bucket_no(ref.second)].append(ref)
+            groups[(self._l.bucket_no(ref.second), ref.claim, ref.retake)].append(_ref_key(ref))
 
-        async def mark(b: int, items: list[SendRef]) -> list[Doc]:
-            ops = []
-            for ref in items:
-                change = machine.start_sending(ref.claim, send_token, now_ms)
-                query = {"_id": _ref_key(ref), **guard_filter(change.guard)}
-                ops.append(UpdateOne(query, change_update(change)))
-            bucket = self._l.buckets[b]
-            result = await bucket.bulk_write(ops, ordered=False)
-            if result.modified_count == 0:
-                return []
-            mine = {"_id": {"$in": [_ref_key(r) for r in items]}, "sending": send_token}
-            return await bucket.find(mine).to_list(None)
+        async def mark(b: int, claim: str, retake: bool, keys: list[str]) -> None:
+            change = machine.start_sending(claim, send_token, now_ms, retake)
+            query = {"_id": {"$in": keys}, **guard_filter(change.guard)}
+            await self._l.buckets[b].update_many(query, change_update(change))
 
-        found = await asyncio.gather(*(mark(b, items) for b, items in by_bucket.items()))
+        await asyncio.gather(*(mark(b, c, r, keys) for (b, c, r), keys in groups.items()))
+        by_bucket: dict[int, list[str]] = defaultdict(list)
+        for (b, _, _), keys in groups.items():
+            by_bucket[b].extend(keys)
+        found = await asyncio.gather(
+            *(
+                self._l.buckets[b].find({"_id": {"$in": keys}, "sending": send_token}).to_list(None)
+                for b, keys in by_bucket.items()
+            )
+        )
         return {d["_id"]: doc_to_job(d) for docs in found for d in docs}
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
