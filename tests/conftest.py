@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from tests.e2e.harness import Receiver
-from tests.support import AMQP_URL, SecantusServer, secantus_server, unique_name
+from tests.support import AMQP_URL, Progress, SecantusServer, secantus_server, unique_name
 from timer_service.clock import FakeClock
 
 
@@ -74,3 +74,9 @@ async def receiver() -> AsyncIterator[Receiver]:
     await r.start()
     yield r
     await r.stop()
+
+
+@pytest.fixture
+def progress(request: pytest.FixtureRequest) -> Progress:
+    """Live progress lines for a long test (see `Progress`)."""
+    return Progress(request.node.name, request.config)

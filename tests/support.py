@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -13,8 +14,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 AMQP_URL = os.environ.get("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 VENV_BIN = Path(sys.executable).parent
@@ -60,6 +62,66 @@ def wait_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -> No
             return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s}s")
+
+
+class Progress:
+    """Live progress lines of a long test: its phases, counts and elapsed time.
+
+    pytest captures fd 1 and 2 while a test runs, so a print shows only after the test
+    (and not at all with -q unless it fails). These lines go through pytest's terminal
+    reporter with capture suspended, as live logging does: they appear as they happen,
+    with -q too. One line per phase; `tick` is for loops and speaks every `every_s`.
+    """
+
+    def __init__(self, label: str, config: Any = None, every_s: float = 10.0) -> None:
+        self.label = label
+        self.every_s = every_s
+        self.started = time.monotonic()
+        self._config = config
+        self._last_line = self.started
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def __call__(self, message: str) -> None:
+        self._last_line = time.monotonic()
+        self._write(f"[{self.label} +{self.elapsed_s:.1f}s] {message}")
+
+    def tick(self, message: Callable[[], str] | str) -> None:
+        """Report `message` (called if callable) if nothing was said for `every_s`."""
+        if time.monotonic() - self._last_line >= self.every_s:
+            self(message() if callable(message) else message)
+
+    def _write(self, line: str) -> None:
+        plugins = getattr(self._config, "pluginmanager", None)
+        reporter = plugins.get_plugin("terminalreporter") if plugins else None
+        if reporter is None:  # outside pytest, or -p no:terminal
+            print(line, file=sys.__stderr__, flush=True)
+            return
+        capture = plugins.get_plugin("capturemanager") if plugins else None
+        suspended = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+        with suspended:
+            reporter.write_line(line)
+            reporter.flush()
+
+
+async def poll_until(
+    check: Callable[[], Awaitable[bool]],
+    what: Callable[[], str] | str,
+    timeout_s: float,
+    interval_s: float = 0.2,
+) -> float:
+    """Await `check()` until it is true; fail after `timeout_s` saying `what` was awaited
+    and what was seen (`what` is called for the message when callable). Returns the wait."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while not await check():
+        if time.monotonic() >= deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"after {timeout_s:g} s still waiting for {said}")
+        await asyncio.sleep(interval_s)
+    return time.monotonic() - started
 
 
 def unique_name(prefix: str = "t") -> str:

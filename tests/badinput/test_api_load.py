@@ -15,6 +15,7 @@ import pytest
 
 from tests.badinput.conftest import Api
 from tests.badinput.loadgen import run_load, summary_line
+from tests.support import Progress
 
 pytestmark = pytest.mark.integration
 
@@ -22,8 +23,10 @@ DURATION_S = float(os.environ.get("TIMER_LOAD_DURATION_S", "20"))
 MAX_HEALTH_P99_MS = 1000.0
 
 
-async def test_healthz_stays_quick_under_registration_load(api: Api) -> None:
+async def test_healthz_stays_quick_under_registration_load(api: Api, progress: Progress) -> None:
+    progress(f"registration load for {DURATION_S:g} s, /healthz polled every 50 ms")
     result = await run_load(api.url, api.biz_type, DURATION_S, run_id="load-test")
+    progress(summary_line(result))
     print(f"\n{result.table('timer-service api on SecantusDB')}\n{summary_line(result)}")
 
     api.assert_running()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
@@ -32,12 +33,19 @@ class Stack:
         return f"http://127.0.0.1:{self.api_port}"
 
     def start(self) -> None:
-        for service in self.services.values():
-            service.start()
+        """Start every process at once, as a deployment does (the first to reach the store
+        creates its indexes); if one does not come up, stop them all."""
+        try:
+            with ThreadPoolExecutor(max_workers=len(self.services) or 1) as pool:
+                list(pool.map(Service.start, self.services.values()))
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        for service in self.services.values():
-            service.stop_quietly()
+        # All at once: each may use its whole shutdown grace, and nothing orders them.
+        with ThreadPoolExecutor(max_workers=len(self.services) or 1) as pool:
+            list(pool.map(Service.stop_quietly, self.services.values()))
         prefix = self.env.get("TIMER_QUEUE_PREFIX")
         if prefix:  # idle quorum queues cost RabbitMQ work for every later test
             drop_topology_sync(prefix)

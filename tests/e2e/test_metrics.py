@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Stack
 from tests.e2e.harness import Receiver, now_ms
-from tests.support import unique_name
+from tests.support import poll_until, unique_name
 
 pytestmark = pytest.mark.e2e
 
@@ -69,13 +69,30 @@ async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver:
         assert r.status_code == 200, r.text
     await receiver.wait_for({f"a{i}" for i in range(jobs)} | {f"b{i}" for i in range(8)}, 30)
 
-    m = scrape(stack)
+    # The broker counts a callback's outcome once the answer is read, just after the
+    # receiver saw it: wait until every one is counted.
+    m = await asyncio.to_thread(scrape, stack)
+
+    def outcomes() -> float:
+        return total(m["timer_callbacks"], "timer_callbacks_total", biz_type=fast)
+
+    async def all_counted() -> bool:
+        nonlocal m
+        m = await asyncio.to_thread(scrape, stack)
+        return outcomes() >= jobs
+
+    await poll_until(
+        all_counted, lambda: f"{jobs} callback outcomes counted, got {outcomes():g}", 10
+    )
     assert total(m["timer_jobs_created"], "timer_jobs_created_total", biz_type=fast) == jobs
     assert total(m["timer_jobs_dispatched"], "timer_jobs_dispatched_total", biz_type=fast) == jobs
-    for hist in (
-        "timer_dispatch_lateness_seconds",
-        "timer_delivery_lateness_seconds",
-        "timer_callback_duration_seconds",
+    # Lateness: the contract's on-time bound (1 s). A callback's round trip is not bounded
+    # by the contract; the receiver is this test's own event loop, on a loaded 2-core machine
+    # it may stall for a while, so only a sensible value (5 s) is asked of it.
+    for hist, bound in (
+        ("timer_dispatch_lateness_seconds", "1.0"),
+        ("timer_delivery_lateness_seconds", "1.0"),
+        ("timer_callback_duration_seconds", "5.0"),
     ):
         count = total(m[hist], f"{hist}_count", biz_type=fast)
         assert count == jobs, f"{hist}: {count} observations, expected {jobs}"
@@ -85,8 +102,8 @@ async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver:
             if n.endswith("_bucket") and lab["le"] != "+Inf"
         }
         assert REQUIRED_BUCKETS <= buckets, f"{hist} lacks buckets {REQUIRED_BUCKETS - buckets}"
-        fine = total(m[hist], f"{hist}_bucket", biz_type=fast, le="1.0")
-        assert fine == jobs, f"{hist}: only {fine} of {jobs} observations under 1 s"
+        fine = total(m[hist], f"{hist}_bucket", biz_type=fast, le=bound)
+        assert fine == jobs, f"{hist}: only {fine} of {jobs} observations under {bound} s"
     delivered = total(
         m["timer_callbacks"], "timer_callbacks_total", biz_type=fast, outcome="delivered"
     )
@@ -94,16 +111,31 @@ async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver:
     assert total(m["timer_rate_limited"], "timer_rate_limited_total", biz_type=limited) > 0
     leaders = [v for n, _, v in m["timer_daemon_leader"] if n == "timer_daemon_leader"]
     assert sorted(leaders)[-1] == 1.0, f"no process reports leadership: {leaders}"
+    # Not a contract bound: a caught-up daemon's lag is about a second; 5 s leaves room for
+    # a loaded machine while still catching a pointer that does not move.
     lag = [v for n, _, v in m["timer_scan_lag_seconds"] if n == "timer_scan_lag_seconds"]
     assert lag and max(lag) < 5, f"scan lag {lag}"
 
     # The leading daemon's sample (every second here): only the leader exports it.
+    family: list[tuple[str, dict[str, str], float]] = []
+
     def by_state(biz: str, state: str) -> list[float]:
-        family = scrape(stack)["timer_jobs_by_state"]
         return [v for _, lab, v in family if lab == {"biz_type": biz, "state": state}]
 
-    deadline = now_ms() + 10_000
-    while by_state(parked, "pending") != [2] and now_ms() < deadline:
-        await asyncio.sleep(0.2)
-    assert by_state(parked, "pending") == [2]
-    assert by_state(fast, "pending") == [0] and by_state(fast, "dead") == [0]
+    async def sampled() -> bool:
+        nonlocal family
+        family = (await asyncio.to_thread(scrape, stack))["timer_jobs_by_state"]
+        return counts() == ([2], [0], [0])
+
+    def counts() -> tuple[list[float], list[float], list[float]]:
+        return by_state(parked, "pending"), by_state(fast, "pending"), by_state(fast, "dead")
+
+    # A sample taken before the fast jobs were claimed still counts them pending.
+    await poll_until(
+        sampled,
+        lambda: (
+            f"a sample of ([2], [0], [0]) parked pending, fast pending, fast dead; "
+            f"the last was {counts()}"
+        ),
+        10,
+    )

