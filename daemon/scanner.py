@@ -12,11 +12,9 @@ returns or until `wake` is set (nudge, watch event, lease change). In order:
    takeover, oldest first, so a backlog never delays the live window;
 4. save the time pointer when it moved.
 
-The wheel holds one entry per loaded pending job, fired `claim_ahead_ms`
-before the job's next_attempt_at; its item is the job's second (one shared
-int), the key lives in the per-second map that makes reloads a diff. It is
-only a hint: the conditional claim in the store is the truth, so a job
-cancelled or moved after it was loaded is simply not claimed.
+The wheel (one entry per loaded pending job, fired `claim_ahead_ms` before
+its next_attempt_at) is only a hint: the conditional claim in the store is
+the truth. docs/architecture.md, "Scan daemon", has the rest.
 """
 
 from __future__ import annotations
