@@ -252,6 +252,19 @@ async def test_cancel_gives_unsettled_messages_back(queue: DispatchQueue) -> Non
     )
 
 
+async def test_a_delivery_is_live_until_settled_or_its_channel_is_gone(
+    queue: DispatchQueue,
+) -> None:
+    inbox = await consume(queue)
+    await queue.publish([job("a"), job("b")])
+    a, b = await inbox.wait_for(2, "the jobs")
+    assert a.live and b.live, "an unsettled delivery on an open channel is live"
+    await a.ack()
+    assert not a.live, "a settled delivery is not live"
+    await inbox.cancel()
+    assert not b.live, "a delivery whose channel closed is not live (the queue has it back)"
+
+
 async def test_settling_after_cancel_leaves_the_message_queued(queue: DispatchQueue) -> None:
     first = await consume(queue)
     await queue.publish([job("late")])

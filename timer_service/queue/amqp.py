@@ -46,8 +46,13 @@ class AmqpDelivery:
 
     @property
     def live(self) -> bool:
-        channel = getattr(self._message, "channel", None)
-        return not self._settled and not (channel is not None and channel.is_closed)
+        if self._settled:
+            return False
+        try:
+            channel = self._message.channel  # raises once the channel is gone
+        except ChannelInvalidStateError:
+            return False
+        return not channel.is_closed
 
     async def ack(self) -> None:
         await self._settle(self._message.ack)
