@@ -10,9 +10,13 @@ apart and must retry idempotently or leave the repair to a sweep.
     faulty = FaultyStore(MemoryStore())
     faulty.fail("create_jobs", when="after")        # the next create applies, then fails
     faulty.fail_randomly(0.2, random.Random(7))      # each call fails with p = 0.2
-    faulty.heal()                                    # no more faults
+    faulty.stall("claim_due")                        # the next claim waits, unapplied,
+    faulty.resume()                                  # ... until now
+    faulty.heal()                                    # no more faults (stalls resume)
     faulty.injected                                  # what was injected, in order
 
+A stall is a call in flight while the world moves on (a paused process, a slow
+network): what lets a test land a deposed daemon's write after a takeover.
 Planned faults (`fail`) come before random ones. Method names are unique across
 the ports, so a fault is named by its method alone. Non-async methods (the change
 stream `watch_seconds`) and the store's lifecycle (`setup`, `close`, `ping`) pass
@@ -21,7 +25,9 @@ through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import inspect
 import random
 from collections import deque
@@ -39,6 +45,7 @@ from timer_service.store.ports.outcomes import OutcomesPort
 
 When = Literal["before", "after"]
 RandomWhen = Literal["before", "after", "both"]
+Fault = Literal["before", "after", "stall"]
 
 PORT_PROTOCOLS: dict[str, type] = {
     "biz_types": BizTypesPort,
@@ -65,10 +72,11 @@ FAULTABLE: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class Injected:
-    """One injected fault: which call failed, and whether it had applied."""
+    """One injected fault: which call failed, and whether it had applied (or was
+    stalled)."""
 
     method: str
-    when: When
+    when: Fault
 
 
 @dataclass(slots=True)
@@ -93,6 +101,9 @@ class FaultyStore:
         self.injected: list[Injected] = []
         self._plans: dict[str, deque[_Plan]] = {}
         self._random: dict[str, _Random] = {}
+        self._stalls: dict[str, int] = {}
+        self._resumed = asyncio.Event()
+        self.stalled = 0  # calls waiting for `resume` now
         self.biz_types = cast(BizTypesPort, _FaultyPort(store.biz_types, self))
         self.jobs = cast(JobsPort, _FaultyPort(store.jobs, self))
         self.dispatch = cast(DispatchPort, _FaultyPort(store.dispatch, self))
@@ -132,17 +143,30 @@ class FaultyStore:
         for method in chosen:
             self._random[method] = chance
 
+    def stall(self, method: str, times: int = 1) -> None:
+        """The next `times` calls of `method` wait, not yet applied, until `resume`."""
+        _check_method(method)
+        self._stalls[method] = self._stalls.get(method, 0) + times
+
+    def resume(self) -> None:
+        """Stalled calls go on (and apply); stalls no call has reached are dropped."""
+        self._stalls.clear()
+        self._resumed.set()
+        self._resumed = asyncio.Event()
+
     def heal(self) -> None:
-        """No more faults, planned or random; the log of injected ones stays."""
+        """No more faults, planned or random, and stalled calls go on; the log of
+        injected ones stays."""
         self._plans.clear()
         self._random.clear()
+        self.resume()
 
     @property
     def armed(self) -> bool:
         """Some fault is still planned, or random faults are on."""
-        return bool(self._random) or any(self._plans.values())
+        return bool(self._random or self._stalls) or any(self._plans.values())
 
-    def injected_count(self, method: str | None = None, when: When | None = None) -> int:
+    def injected_count(self, method: str | None = None, when: Fault | None = None) -> int:
         return sum(
             1
             for fault in self.injected
@@ -169,6 +193,15 @@ class FaultyStore:
         return chance.when
 
     async def _call(self, method: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        if self._stalls.get(method):
+            self._stalls[method] -= 1
+            self.injected.append(Injected(method, "stall"))
+            resumed = self._resumed
+            self.stalled += 1
+            try:
+                await resumed.wait()
+            finally:
+                self.stalled -= 1
         when = self._fault_for(method)
         if when == "before":
             self.injected.append(Injected(method, "before"))
@@ -206,6 +239,7 @@ class _FaultyPort:
             return attr
         store = self._store
 
+        @functools.wraps(attr)  # keeps its signature for whoever wraps this in turn
         async def faulty(*args: Any, **kwargs: Any) -> Any:
             return await store._call(name, lambda: attr(*args, **kwargs))
 
@@ -222,4 +256,12 @@ def faulty(store: Store) -> FaultyStore:
     return FaultyStore(store)
 
 
-__all__: list[str] = ["FAULTABLE", "FaultyStore", "Injected", "RandomWhen", "When", "faulty"]
+__all__: list[str] = [
+    "FAULTABLE",
+    "Fault",
+    "FaultyStore",
+    "Injected",
+    "RandomWhen",
+    "When",
+    "faulty",
+]
