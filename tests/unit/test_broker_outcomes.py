@@ -8,33 +8,13 @@ from typing import Any
 import pytest
 
 from broker.outcomes import FLUSH_AFTER_S, GIVE_UP_AFTER_S, OutcomeWriter, Pending
+from tests.unit.test_broker_lane import FakeDelivery
 from timer_service.clock import FakeClock
-from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SendRef
+from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import Attempt, JobState, second_of
 from timer_service.store.memory import MemoryStore
-
-
-class FakeDelivery:
-    def __init__(self, job: Claimed) -> None:
-        self.job = job
-        self.redelivered = False
-        self.fates: list[str] = []
-        self.channel_open = True
-
-    @property
-    def live(self) -> bool:
-        return self.channel_open and not self.fates
-
-    async def ack(self) -> None:
-        self.fates.append("ack")
-
-    async def requeue(self) -> None:
-        self.fates.append("requeue")
-
-    async def drop(self) -> None:
-        self.fates.append("drop")
 
 
 class Flaky:
