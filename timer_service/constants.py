@@ -14,6 +14,7 @@ SECONDS_COLLECTION = "seconds"  # ordered index of non-empty seconds (the skip l
 BIZ_TYPES_COLLECTION = "biz_types"
 LEASES_COLLECTION = "leases"
 POINTERS_COLLECTION = "pointers"
+ROUNDS_COLLECTION = "rounds"  # claim rounds not yet confirmed by the queue (normally few)
 BROKERS_COLLECTION = "brokers"  # broker heartbeats: which biz types a live broker holds
 SCHEDULES_COLLECTION = "schedules"
 

@@ -1,6 +1,6 @@
 """The job state machine: every rule about how a job may change, in one place.
 
-Each event (create, cancel, reschedule, replay, claim, reclaim, published,
+Each event (create, cancel, reschedule, replay, claim, reclaim, start-sending,
 outcome) is a pure function of the job (or of what the caller knows of it) that
 returns a `Change`, or raises a domain error. A `Change` says which fields take
 which values and records at most one attempt, guarded by the state (and claim)
@@ -277,7 +277,6 @@ def claim(claim_token: str, fence: int, now_ms: int) -> Change:
         claim=claim_token,
         fence=fence,
         claimed_at=now_ms,
-        published=False,
         sending=None,
         updated_at=now_ms,
     )
@@ -291,14 +290,8 @@ def reclaim(old_claim: str, claim_token: str, fence: int, now_ms: int) -> Change
         claim=claim_token,
         fence=fence,
         claimed_at=now_ms,
-        published=False,
         sending=None,  # whoever had started the callback is gone: it goes out again
     )
-
-
-def published(claim_token: str) -> Change:
-    """The queue confirmed the claim's messages."""
-    return _change(_DISPATCHED, claim_token, published=True)
 
 
 def start_sending(claim_token: str, send_token: str, now_ms: int, retake: bool = False) -> Change:

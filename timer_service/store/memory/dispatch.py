@@ -53,12 +53,34 @@ class MemoryDispatch:
                     claimed.append(machine.claimed(changed, second))
         return claimed
 
-    async def mark_published(self, second: int, claim: str, fence: int) -> None:
-        change = machine.published(claim)
-        for key in self._s.jobs_in_second.get(second, ()):
+    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
+        self._s.rounds[claim] = (now_ms, fence)
+
+    async def close_rounds(self, claims: Collection[str]) -> None:
+        for claim in claims:
+            self._s.rounds.pop(claim, None)
+
+    async def find_unpublished(
+        self, opened_before_ms: int, limit: int, *, fence_below: int | None = None
+    ) -> list[Job]:
+        old = {
+            claim
+            for claim, (opened_at, fence) in self._s.rounds.items()
+            if opened_at < opened_before_ms and (fence_below is None or fence < fence_below)
+        }
+        if not old:
+            return []
+        named: set[str] = set()
+        out = []
+        for key in self._s.dispatched:
             job = self._s.jobs[key]
-            if job.fence == fence:
-                self._s.apply(job, change)
+            if job.claim in old and job.sending is None:
+                named.add(job.claim)
+                out.append(job)
+        for claim in old - named:
+            del self._s.rounds[claim]
+        out.sort(key=lambda j: j.claimed_at or 0)
+        return out[:limit]
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         version = self._s.versions.get(entry.second)
@@ -92,7 +114,6 @@ class MemoryDispatch:
         claimed_before_ms: int,
         limit: int,
         *,
-        published: bool | None = None,
         skip_biz_types: Collection[str] = (),
     ) -> list[Job]:
         skip = set(skip_biz_types)
@@ -102,7 +123,6 @@ class MemoryDispatch:
             if (
                 job.claimed_at is not None
                 and job.claimed_at < claimed_before_ms
-                and (published is None or job.published == published)
                 and job.biz_type not in skip
             ):
                 out.append(job)

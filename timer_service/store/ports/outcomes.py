@@ -1,4 +1,4 @@
-"""The broker's outcomes: the check before sending, and what each attempt came to."""
+"""The broker's outcomes: the mark before sending, and what each attempt came to."""
 
 from __future__ import annotations
 
@@ -10,11 +10,6 @@ from timer_service.model import Job
 
 
 class OutcomesPort(Protocol):
-    async def fetch_for_send(self, refs: Sequence[SendRef]) -> dict[str, Job]:
-        """Batched: of these, the jobs still dispatched under the claim the ref
-        carries, by job key. Others (cancelled, stale duplicates) are absent."""
-        ...
-
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
     ) -> dict[str, Job]:
