@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
 MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
 MAX_CHECK_BATCH = 500
+# Marks in flight at once per lane: a herd's next batch is on its way while the store
+# answers the one before (the budget below still bounds what is marked ahead).
+MAX_CHECKS_IN_FLIGHT = 3
 CHECK_GIVE_UP_AFTER_S = 10.0
 
 
@@ -120,7 +123,7 @@ class Lane:
         self._by_key: dict[str, Held] = {}
         self._seq = itertools.count()
         self._sending = True
-        self._check_task: asyncio.Task[None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
         self._sends: set[asyncio.Task[None]] = set()
         self._chores: set[asyncio.Task[None]] = set()
         self._waiter: asyncio.Future[None] | None = None
@@ -149,8 +152,8 @@ class Lane:
 
     async def close(self) -> None:
         """Stop everything; unsettled messages stay unacked for the queue to take back."""
-        tasks = [t for t in (self._task, self._check_task) if t is not None]
-        tasks += list(self._sends) + list(self._chores)
+        tasks = [t for t in (self._task,) if t is not None]
+        tasks += list(self._checks) + list(self._sends) + list(self._chores)
         await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}")
 
     @property
@@ -225,13 +228,14 @@ class Lane:
                 continue
             self._start_send(item)
         held = self._held
-        if held and self._check_task is None:
+        if held and len(self._checks) < MAX_CHECKS_IN_FLIGHT:
             horizon = now + self._check_ahead_ms
             head = held[0]
             if head.not_before > horizon:
                 wait_ms = min(wait_ms, head.not_before - horizon)
             else:
-                budget = min(self._check_budget(mono) - len(ready), MAX_CHECK_BATCH)
+                budget = self._check_budget(mono) - len(ready) - self._checking
+                budget = min(budget, MAX_CHECK_BATCH)
                 if budget > 0:
                     end = bisect.bisect_right(held, (horizon, math.inf), key=_sort_key)
                     end = min(end, budget)
@@ -262,10 +266,13 @@ class Lane:
 
     # -- check -------------------------------------------------------------------------
     def _start_check(self, batch: list[Held]) -> None:
-        self._checking = len(batch)
-        self._check_task = asyncio.create_task(self._check(batch))
+        self._checking += len(batch)
+        task = asyncio.create_task(self._check(batch))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
 
     async def _check(self, batch: list[Held]) -> None:
+        counted = len(batch)
         gone = [item for item in batch if not item.prune()]
         for item in gone:  # their channel closed: the queue has them back
             self._forget(item)
@@ -290,8 +297,7 @@ class Lane:
                 self._settle(item, check_failed())
             return
         finally:
-            self._checking = 0
-            self._check_task = None
+            self._checking -= counted
             self._wake()
         self._learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
         for item in batch:
