@@ -54,8 +54,10 @@ CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
 MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
 MAX_CHECK_BATCH = 500
 # Marks in flight at once per lane: a herd's next batch is on its way while the store
-# answers the one before (the budget below still bounds what is marked ahead).
+# answers the one before (the budget below still bounds what is marked ahead). A
+# trickle waits for the mark in flight instead, and goes in the next, larger batch.
 MAX_CHECKS_IN_FLIGHT = 3
+MIN_OVERLAPPING_BATCH = 32
 CHECK_GIVE_UP_AFTER_S = 10.0
 
 
@@ -236,9 +238,8 @@ class Lane:
             else:
                 budget = self._check_budget(mono) - len(ready) - self._checking
                 budget = min(budget, MAX_CHECK_BATCH)
-                if budget > 0:
-                    end = bisect.bisect_right(held, (horizon, math.inf), key=_sort_key)
-                    end = min(end, budget)
+                end = min(bisect.bisect_right(held, (horizon, math.inf), key=_sort_key), budget)
+                if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
                     # One message per job in a batch: the store answers by job key.
                     batch: list[Held] = []
                     later: list[Held] = []
