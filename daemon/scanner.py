@@ -104,7 +104,7 @@ class Scanner:
         self._metrics = metrics
         self._claims = claims
         self.wake = asyncio.Event()
-        self.last_claim_ms = 0  # the reconciler sweeps only while claims happen
+        self.last_claim_ms = 0  # the last claim attempt: the reconciler sweeps after it
         self._term: Term | None = None
         self._reset(0)
 
@@ -389,12 +389,12 @@ class Scanner:
     async def _claim(self, second: int, upto_ms: int) -> list[Claimed]:
         term = self._require_term()
         now = self._clock.now_ms()
-        claimed = await self._dispatch.claim_due(
+        # Counted before the call: a claim whose reply is lost has applied all the
+        # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
+        self.last_claim_ms = now
+        return await self._dispatch.claim_due(
             second, upto_ms, self._claims.next(term.fence), term.fence, now
         )
-        if claimed:
-            self.last_claim_ms = now
-        return claimed
 
     async def _publish(self, claimed: list[Claimed]) -> None:
         term = self._term
