@@ -140,16 +140,18 @@ def repeat_status_by_fingerprint(due_at: int, fingerprint: str, new: NewJob) -> 
 class Guard:
     """What the job must still be when a change is applied: one of `states`; when
     `claim` is given, dispatched under that claim token; when `idle`, with no
-    callback started."""
+    callback started, or only the one of `sending` (the same send mark again: a
+    retry after a lost reply)."""
 
     states: frozenset[JobState]
     claim: str | None = None
     idle: bool = False
+    sending: str | None = None
 
     def holds(self, job: Job) -> bool:
         if job.state not in self.states:
             return False
-        if self.idle and job.sending is not None:
+        if self.idle and job.sending is not None and job.sending != self.sending:
             return False
         return self.claim is None or job.claim == self.claim
 
@@ -310,9 +312,13 @@ def start_sending(claim_token: str, send_token: str, now_ms: int, retake: bool =
     channel that held it before is gone (its broker died or lost its connection,
     and drops what it held): whoever had started the callback will not finish it,
     so this message takes the send over (a duplicate only if that callback was
-    already on the wire)."""
+    already on the wire).
+
+    Idempotent: the same mark again (same `send_token`, a retry after a lost
+    reply) holds and answers the job as marked, so the retrying broker sends what
+    its first call marked instead of dropping it."""
     return Change(
-        Guard(_DISPATCHED, claim_token, idle=not retake),
+        Guard(_DISPATCHED, claim_token, idle=not retake, sending=send_token),
         MappingProxyType({"sending": send_token, "updated_at": now_ms}),
     )
 

@@ -128,3 +128,19 @@ async def test_a_daemon_s_fence_stamp_is_not_reported_as_a_write(store: Store) -
     await create(store, new("b", due_at=NOW + 9000))
     await asyncio.wait_for(task, 10)
     assert seen == [second_of(NOW + 9000)], f"the daemon would be nudged by its own load: {seen}"
+
+
+async def test_a_send_mark_retried_with_its_token_returns_the_jobs_it_marked(
+    store: Store,
+) -> None:
+    await create(store, new("a"), new("b"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    first = await store.outcomes.start_sending(refs, "send-1", NOW + 5000)
+    assert sorted(first) == ["orders/a", "orders/b"], first
+    # The reply was lost: the broker asks again with the same token.
+    again = await store.outcomes.start_sending(refs, "send-1", NOW + 5003)
+    assert sorted(again) == ["orders/a", "orders/b"], f"a retried mark lost its jobs: {again}"
+    assert all(job.sending == "send-1" for job in again.values()), again
+    other = await store.outcomes.start_sending(refs, "send-2", NOW + 5004)
+    assert other == {}, f"another token must still find the callbacks started: {other}"

@@ -142,6 +142,7 @@ class JobLife(RuleBasedStateMachine):
         self.job = fresh()
         self.fence = 1
         self.claims = 0
+        self.sends = 0
         self.old_claims: list[str] = []
         self.was: JobState = self.job.state
 
@@ -197,14 +198,19 @@ class JobLife(RuleBasedStateMachine):
             self.old_claims.append(self.job.claim)
             self._apply(machine.reclaim(self.job.claim, f"c{self.claims}", self.fence, self.now))
 
-    @rule(stale=st.booleans())
-    def start_sending(self, stale: bool) -> None:
+    @rule(stale=st.booleans(), retry=st.booleans())
+    def start_sending(self, stale: bool, retry: bool) -> None:
         claim = self.old_claims[-1] if stale and self.old_claims else self.job.claim
         if claim is None:
             return
         before = self.job
-        self._apply(machine.start_sending(claim, f"s{self.claims}", self.now))
-        if claim != before.claim or before.sending is not None:
+        self.sends += 1
+        # A retry (after a lost reply) repeats the token of the mark that went through.
+        token = before.sending if retry and before.sending else f"s{self.sends}"
+        self._apply(machine.start_sending(claim, token, self.now))
+        if claim == before.claim and before.sending == token:
+            assert self.job.sending == token and self.job.claim == claim, "a retry lost its mark"
+        elif claim != before.claim or before.sending is not None:
             assert self.job == before, "a stale or second start changed the job"
         try:
             machine.cancel(self.job, self.now)
