@@ -243,8 +243,25 @@ def reschedule(job: Job, due_at: int, payload_json: str | None, now_ms: int) -> 
     return _change(_PENDING, **sets)
 
 
-def replay(job: Job, now_ms: int) -> Change:
-    """dead -> pending now, with a fresh budget of attempts (history keeps counting)."""
+def replayed(job: Job) -> bool:
+    """The job is pending or dispatched by a replay whose first attempt has not ended:
+    `budget_base` is set only by a replay, to the attempts made until then, so no
+    attempt has been recorded since the last replay exactly when they are equal (a
+    dead job has made at least one attempt)."""
+    return job.state in ACTIVE_STATES and 0 < job.budget_base == job.attempts
+
+
+def replay(job: Job, now_ms: int) -> Change | None:
+    """dead -> pending now, with a fresh budget of attempts (history keeps counting).
+
+    None (no change, the job as it is answers) when the job is still where a replay
+    put it (`replayed`): a client that retries a replay whose reply it lost must
+    not get 409 for a replay that went through. A second replay by someone else
+    meanwhile is answered the same way, which is what it asked for. Once an attempt
+    of the replayed job has ended (or it was cancelled) the replay is done and a new
+    one is judged by the state: 409 unless dead."""
+    if replayed(job):
+        return None
     if job.state != JobState.DEAD:
         raise Conflict(f"only a dead job can be replayed; this one is {job.state.value}")
     return _change(

@@ -97,8 +97,15 @@ def test_replay_gives_a_fresh_budget() -> None:
     replayed = applied(dead, machine.replay(dead, T0 + 100))
     assert replayed.state == JobState.PENDING and replayed.next_attempt_at == T0 + 100
     assert replayed.budget_base == 1 and replayed.attempts == 1
+    assert machine.replay(replayed, T0 + 200) is None, "a retried replay is no change"
+    claimed = applied(replayed, machine.claim("c2", 1, T0 + 300))
+    assert machine.replay(claimed, T0 + 400) is None, "its first attempt has not ended"
+    retried = outcome(claimed, OutcomeKind.RETRY, T0 + 500, next_at=T0 + 60_000)
+    pending_again = applied(claimed, machine.outcome(retried, T0 + 500))
     with pytest.raises(Conflict, match="only a dead job"):
-        machine.replay(replayed, T0)
+        machine.replay(pending_again, T0 + 600)
+    with pytest.raises(Conflict, match="only a dead job"):
+        machine.replay(fresh(), T0)
 
 
 def test_reschedule_only_while_pending() -> None:
@@ -173,10 +180,13 @@ class JobLife(RuleBasedStateMachine):
 
     @rule()
     def replay(self) -> None:
+        before = self.job
         try:
             self._apply(machine.replay(self.job, self.now))
         except Conflict:
             assert self.job.state != JobState.DEAD
+        if machine.replayed(before):
+            assert self.job == before, "a retried replay changed the job"
 
     @rule(ahead=st.integers(0, 2000))
     def claim(self, ahead: int) -> None:
