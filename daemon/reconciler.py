@@ -58,6 +58,8 @@ class Reconciler:
         self._max_pages = max_pages
         self._term: Term | None = None
         self._next_sweep_ms = 0
+        self._last_reclaim_ms = 0  # counts as claim activity, as the scanner's claims
+        self._owed = False  # the last sweep failed: the next one runs, idle or not
 
     def next_sweep_ms(self) -> int:
         return self._next_sweep_ms
@@ -66,14 +68,19 @@ class Reconciler:
         """Sweep if one is due; the number of jobs republished.
 
         Always once per new term. After that every interval, but only while
-        claims happened lately: a job claimed at T is stale at T + after, so
-        sweeping until the last claim + after + a margin sees every one of them
-        stale at least once, and an idle daemon makes no queries.
+        claims were attempted lately (`last_claim_ms`: the scanner's last claim
+        call, this reconciler's last reclaim call): a job claimed at T is stale at
+        T + after, so sweeping until the last attempt + after + a margin sees every
+        one of them stale at least once, and an idle daemon makes no queries.
+        Attempts count, not claims seen: a call whose reply was lost has claimed
+        all the same, and nobody else knows. A sweep that failed is owed: the
+        next interval sweeps whatever the time since the last attempt.
         """
         term = self._lease.current()
         if term != self._term:
             self._term = term
             self._next_sweep_ms = 0
+            self._owed = False
         if term is None:
             return 0
         now = self._clock.now_ms()
@@ -81,10 +88,14 @@ class Reconciler:
             return 0
         first = self._next_sweep_ms == 0
         self._next_sweep_ms = now + self.interval_ms
-        quiet_since_ms = now - last_claim_ms
-        if not first and quiet_since_ms > self.reconcile_after_ms * 3 // 2 + self.interval_ms:
+        quiet_since_ms = now - max(last_claim_ms, self._last_reclaim_ms)
+        quiet = quiet_since_ms > self.reconcile_after_ms * 3 // 2 + self.interval_ms
+        if not first and quiet and not self._owed:
             return 0
-        return await self.sweep(term, takeover=first)
+        self._owed = True
+        republished = await self.sweep(term, takeover=first)
+        self._owed = False
+        return republished
 
     async def sweep(self, term: Term, takeover: bool = False) -> int:
         """Republish dispatched jobs whose message is lost or never went out.
@@ -129,6 +140,7 @@ class Reconciler:
             todo = await find(now - self.reconcile_after_ms)
             if not todo or self._lease.current() != term:
                 break
+            self._last_reclaim_ms = now  # before the call: a lost reply has reclaimed too
             token = await self._claims.take(term.fence)
             claimed = await self._dispatch.reclaim(todo, token, term.fence, now)
             if claimed:

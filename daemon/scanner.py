@@ -105,7 +105,7 @@ class Scanner:
         self._metrics = metrics
         self._claims = claims
         self.wake = asyncio.Event()
-        self.last_claim_ms = 0  # the reconciler sweeps only while claims happen
+        self.last_claim_ms = 0  # the last claim attempt: the reconciler sweeps after it
         self._term: Term | None = None
         self._reset(0)
 
@@ -391,12 +391,13 @@ class Scanner:
         term = self._require_term()
         token = await self._claims.take(term.fence)
         now = self._clock.now_ms()
+        # Counted before the call: a claim whose reply is lost has applied all the
+        # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
+        self.last_claim_ms = now
         claimed, _ = await asyncio.gather(
             self._dispatch.claim_due(second, upto_ms, token, term.fence, now),
             self._claims.prepare(term.fence),
         )
-        if claimed:
-            self.last_claim_ms = now
         return claimed
 
     async def _publish(self, claimed: list[Claimed]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
 
@@ -12,8 +11,6 @@ from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.model import Job, JobState
 from timer_service.store.memory.state import MemoryState
-
-WATCH_IDLE_S = 1.0  # how often a watch with nothing to say checks its stop event
 
 
 class MemoryDispatch:
@@ -150,12 +147,26 @@ class MemoryDispatch:
     async def watch_seconds(  # type: ignore[override]
         self, stop: asyncio.Event | None = None
     ) -> AsyncIterator[int]:
+        """Ends at once when `stop` is set, and when cancelled. It waits for the next
+        event or `stop`, whichever comes first, with `asyncio.wait`, which never
+        swallows a cancellation: Python 3.11's `asyncio.wait_for` returned an event
+        that arrived in the same turn as the cancel, and the watch ran on."""
         queue: asyncio.Queue[int] = asyncio.Queue()
         self._s.watchers.append(queue)
-        stop = stop or asyncio.Event()
+        stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
         try:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    yield await asyncio.wait_for(queue.get(), WATCH_IDLE_S)
+            while not stopping.done():
+                if not queue.empty():
+                    yield queue.get_nowait()
+                    continue
+                arrived = asyncio.ensure_future(queue.get())
+                try:
+                    await asyncio.wait((arrived, stopping), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not arrived.done():
+                        arrived.cancel()  # the event, if any, stays queued
+                if arrived.done() and not arrived.cancelled():
+                    yield arrived.result()
         finally:
+            stopping.cancel()
             self._s.watchers.remove(queue)

@@ -22,9 +22,6 @@ class MemoryOutcomes:
             job = self._s.job(ref.biz_type, ref.job_id)
             if job is None:
                 continue
-            if job.sending == send_token and job.claim == ref.claim:
-                out[job.key] = job  # marked by this call's earlier try (a lost reply)
-                continue
             change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
             started = self._s.apply(job, change)
             if started is not None:

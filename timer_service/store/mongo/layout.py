@@ -193,7 +193,8 @@ def guard_filter(guard: Guard) -> Doc:
     if guard.claim is not None:
         query["claim"] = guard.claim
     if guard.idle:
-        query["sending"] = None  # also matches a document without the field
+        # None also matches a document without the field.
+        query["sending"] = None if guard.sending is None else {"$in": [None, guard.sending]}
     return query
 
 

@@ -15,7 +15,9 @@ class OutcomesPort(Protocol):
     ) -> dict[str, Job]:
         """Batched `jobs.start_sending`: of these, the jobs now marked as being sent
         under `send_token`, by job key. The others (cancelled, stale duplicates, a
-        claim whose callback another message has started) are absent: not to be sent."""
+        claim whose callback another message has started) are absent: not to be sent.
+        Idempotent: the same call again (same `send_token`, after a lost reply)
+        answers the jobs the first one marked."""
         ...
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
