@@ -16,6 +16,7 @@ from timer_service.api.schemas import (
     JobCreateIn,
     JobPatchIn,
     ProblemOut,
+    ScheduleIn,
     SecretRotateIn,
 )
 
@@ -25,6 +26,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobCreateIn,
     JobBatchIn,
     JobPatchIn,
+    ScheduleIn,
 )
 
 _DESCRIPTIONS = {

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from timer_service.api.bodies import BODY, read_json
+from timer_service.api.bodies import BODY, UNKNOWN_FIELD, invalid, read_json
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import json_body, problems
 from timer_service.api.job_input import Limits, new_job, reschedule
@@ -196,6 +196,9 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
 def _batch_items(data: Any) -> list[Any]:
     if not isinstance(data, dict):
         raise Problem.invalid(BODY, "must be a JSON object")
+    unknown = [key for key in data if key != "jobs"]
+    if unknown:
+        raise invalid([{"loc": [*BODY, key], "msg": UNKNOWN_FIELD} for key in unknown])
     items = data.get("jobs")
     if not isinstance(items, list):
         raise Problem.invalid([*BODY, "jobs"], "must be a list of jobs")
