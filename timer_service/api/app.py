@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from timer_service.api.auth import BearerAuthMiddleware
+from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import install_openapi
+from timer_service.api.docs import install_openapi, operation_id
+from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
 from timer_service.api.problems import (
     Problem,
@@ -65,15 +66,19 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
     )
+    tokens = Tokens(settings.named_tokens())
     routers = [
         build_biz_router(ctx),
         build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
         build_health_router(ctx),
     ]
+    authenticated = [Security(actor_dependency(tokens))]
     for router in routers:
-        app.include_router(router)
+        protected = router.prefix.startswith("/v1")
+        app.include_router(router, dependencies=authenticated if protected else None)
     app.state.route_methods = [
         (route.path_regex, frozenset(route.methods or ()))
         for router in routers
@@ -86,10 +91,14 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_request_validation)
 
-    # Added innermost first: errors -> auth -> body limit -> the routes.
+    # Added innermost first: errors -> host -> auth -> JSON only -> body limit -> the routes.
+    # Every refusal before the routes is decided on the request head, the body unread.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    if settings.api_token:
-        app.add_middleware(BearerAuthMiddleware, token=settings.api_token)
+    app.add_middleware(JsonBodiesOnlyMiddleware)
+    app.add_middleware(BearerAuthMiddleware, tokens=tokens)
+    allowed_hosts = settings.allowed_host_list()
+    if allowed_hosts is not None:
+        app.add_middleware(AllowedHostsMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(UnhandledErrorMiddleware)
 
     install_openapi(app)

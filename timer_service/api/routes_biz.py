@@ -35,7 +35,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         response_model=BizTypeOut,
         responses={
             201: {"model": BizTypeOut, "description": "Created"},
-            **problems(400, 413, 422),
+            **problems(400, 413, 415, 422),
         },
         openapi_extra=json_body(BizTypeIn),
     )
@@ -73,7 +73,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             " the defaults."
         ),
         response_model=SecretRotatedOut,
-        responses=problems(400, 404, 413, 422),
+        responses=problems(400, 404, 413, 415, 422),
         openapi_extra=json_body(SecretRotateIn, required=False),
     )
     async def rotate_secret(biz_type: BizTypePath, request: Request) -> Response:

@@ -64,7 +64,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_model=JobOut,
         responses={
             200: {"model": JobOut, "description": "The same job existed already"},
-            **problems(400, 409, 413, 422),
+            **problems(400, 409, 413, 415, 422),
         },
         openapi_extra=json_body(JobCreateIn),
     )
@@ -87,7 +87,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         "/jobs:batch",
         summary="Create up to 1000 jobs; one result per item, in request order",
         response_model=BatchOut,
-        responses=problems(400, 413, 422),
+        responses=problems(400, 413, 415, 422),
         openapi_extra=json_body(JobBatchIn),
     )
     async def create_jobs(request: Request) -> Response:
@@ -163,7 +163,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         "/jobs/{biz_type}/{job_id}",
         summary="Reschedule a pending job (and replace its payload if given)",
         response_model=JobOut,
-        responses=problems(400, 404, 409, 413, 422),
+        responses=problems(400, 404, 409, 413, 415, 422),
         openapi_extra=json_body(JobPatchIn),
     )
     async def reschedule_job(

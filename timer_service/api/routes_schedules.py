@@ -94,7 +94,7 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_model=ScheduleOut,
         responses={
             201: {"model": ScheduleOut, "description": "Created"},
-            **problems(400, 413, 422),
+            **problems(400, 413, 415, 422),
         },
         openapi_extra=json_body(ScheduleIn),
     )
