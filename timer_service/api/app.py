@@ -25,6 +25,7 @@ from timer_service.api.problems import (
 from timer_service.api.routes_biz import build_biz_router
 from timer_service.api.routes_health import build_health_router
 from timer_service.api.routes_jobs import build_jobs_router
+from timer_service.api.routes_problems import build_problems_router
 from timer_service.api.routes_schedules import build_schedules_router
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
@@ -44,7 +45,10 @@ TAGS = [
     {"name": "biz types", "description": "Each business's callback, limits and retry policy."},
     {"name": "jobs", "description": "Timers: create, read, list, cancel, reschedule, replay."},
     {"name": "schedules", "description": "Recurring schedules; each occurrence is a job."},
-    {"name": "health", "description": "Liveness, readiness and Prometheus metrics (no auth)."},
+    {
+        "name": "health",
+        "description": "Liveness, readiness, Prometheus metrics and problem types (no auth).",
+    },
 ]
 
 
@@ -74,6 +78,7 @@ def create_app(
         build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
         build_health_router(ctx),
+        build_problems_router(),
     ]
     authenticated = [Security(actor_dependency(tokens))]
     for router in routers:

@@ -23,8 +23,10 @@ from timer_service.api.schemas import (
 )
 from timer_service.constants import (
     BIZ_TYPE_PATTERN,
+    BIZ_TYPE_RE,
     DEFAULT_LIST_LIMIT,
     JOB_ID_PATTERN,
+    JOB_ID_RE,
     MAX_BATCH_ITEMS,
     MAX_LIST_LIMIT,
 )
@@ -123,8 +125,16 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
         state: JobState | None = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
-        cursor: Annotated[str | None, Query(max_length=1024)] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                max_length=1024,
+                description="`next_cursor` of the page before; anything else is a 422.",
+            ),
+        ] = None,
     ) -> Response:
+        if cursor:
+            check_cursor(cursor, biz_type)
         try:
             jobs, next_cursor = await store.jobs.list_jobs(biz_type, state, limit, cursor or None)
         except (InvalidInput, ValueError):
@@ -191,6 +201,17 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         return job_response(job)
 
     return router
+
+
+def check_cursor(cursor: str, biz_type: str | None) -> None:
+    """A cursor is the key of the last job of a page (`<biz_type>/<job_id>`), of the biz
+    type filtered on when there is one: anything else was not given by this API (422,
+    not an empty page that looks like the end)."""
+    cursor_biz, slash, cursor_job = cursor.partition("/")
+    issued = bool(slash) and BIZ_TYPE_RE.match(cursor_biz) and JOB_ID_RE.match(cursor_job)
+    if not issued or (biz_type is not None and cursor_biz != biz_type):
+        msg = "is not a cursor this API gave (pass next_cursor back, with the same filters)"
+        raise Problem.invalid(["query", "cursor"], msg)
 
 
 def _batch_items(data: Any) -> list[Any]:

@@ -111,7 +111,10 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         result = await scheduler.put(biz_type, schedule_id, spec)
         if result.schedule.next_run_at is not None:
             ctx.jobs_written([result.schedule.next_run_at // 1000])
-        return JSONResponse(result.schedule.to_public(), 201 if result.created else 200)
+        if not result.created:
+            return JSONResponse(result.schedule.to_public())
+        location = {"Location": f"/v1/schedules/{biz_type}/{schedule_id}"}
+        return JSONResponse(result.schedule.to_public(), 201, headers=location)
 
     @router.get(
         "/schedules",
