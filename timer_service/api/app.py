@@ -38,7 +38,13 @@ from timer_service.wiring import scheduler as default_scheduler
 DESCRIPTION = """\
 Persisted delayed HTTP callbacks: register a biz type (its callback URL, rate
 limit and retry policy), then create jobs that are POSTed to it when due.
-Every error is an RFC 9457 problem document (`application/problem+json`).
+Every error is an RFC 9457 problem document (`application/problem+json`) whose `type`
+(`/problems/{kind}`, described at that path) names the kind of failure.
+
+Request bodies are JSON only (`Content-Type: application/json`, else 415) and validated
+strictly: unknown fields, numbers with a fraction for integers, and integer times before
+2001 in ms (seconds given for ms) are 422s naming the field. With a token configured,
+every `/v1` path needs `Authorization: Bearer <token>` (the `bearerAuth` scheme).
 """
 
 TAGS = [
