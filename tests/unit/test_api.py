@@ -463,10 +463,6 @@ async def test_create_rejects_bad_input(api: Api, body: Any, loc: list[Any]) -> 
     assert api.created_total("orders") == 0.0
 
 
-async def test_unknown_fields_are_ignored(api: Api) -> None:
-    expect(await api.create(biz_type="orders", job_id="u", delay_ms=1, colour="blue"), 201)
-
-
 # -- read, cancel, reschedule, replay ----------------------------------------------
 
 
