@@ -1,8 +1,9 @@
 """Settings, parsed once at the edge from TIMER_* environment variables (and .env)."""
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from timer_service.callback_targets import TargetPolicy, parse_cidrs
 from timer_service.constants import DEFAULT_BUCKETS
 
 PRODUCTION_MONGO_URL = "mongodb://127.0.0.1:27017"
@@ -35,6 +36,12 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=10, ge=0)
     log_level: str = "INFO"
 
+    # Callback targets (docs/operations.md, "Callback targets"): loopback and private
+    # addresses are allowed as the contract says; turn them off in a cluster whose
+    # internal services callbacks must not reach. Extra ranges: CIDRs, comma-separated.
+    callback_allow_private: bool = True
+    callback_deny_cidrs: str = ""
+
     # Implementation settings (documented in the README).
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=1, le=3600)
     lookahead_ms: int = Field(default=5000, ge=1000)  # how far ahead the daemon loads seconds
@@ -43,6 +50,15 @@ class Settings(BaseSettings):
     publish_batch: int = Field(default=1000, ge=1)
     broker_prefetch: int = Field(default=2000, ge=1)
     stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
+
+    @field_validator("callback_deny_cidrs")
+    @classmethod
+    def _cidrs_parse(cls, value: str) -> str:
+        parse_cidrs(value)  # a bad range stops the process at start, naming it
+        return value
+
+    def callback_target_policy(self) -> TargetPolicy:
+        return TargetPolicy(self.callback_allow_private, parse_cidrs(self.callback_deny_cidrs))
 
     @property
     def retention_ms(self) -> int:

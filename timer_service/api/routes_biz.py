@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
-from timer_service.api.bodies import parse_json, read_json, validate
+from timer_service.api.bodies import invalid, parse_json, read_json, validate
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import json_body, problems
-from timer_service.api.problems import Problem
+from timer_service.api.problems import Problem, field_error
 from timer_service.api.schemas import (
     BizTypeIn,
     BizTypeListOut,
@@ -28,6 +28,7 @@ BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 def build_biz_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["biz types"], responses=problems(401, 500))
     store, clock = ctx.store, ctx.clock
+    target_policy = ctx.settings.callback_target_policy()
 
     @router.put(
         "/biz-types/{biz_type}",
@@ -41,6 +42,9 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
     )
     async def put_biz_type(biz_type: BizTypePath, request: Request) -> Response:
         config = validate(BizTypeIn, await read_json(request))
+        refusal = target_policy.url_refusal(config.callback_url)
+        if refusal is not None:  # docs/operations.md, "Callback targets"
+            raise invalid([field_error(("body", "callback_url"), refusal)])
         now = clock.now_ms()
         biz = BizType(
             biz_type=biz_type,
