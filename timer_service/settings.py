@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     broker_prefetch: int = Field(default=2000, ge=1)
     stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
 
+    @field_validator("api_token")
+    @classmethod
+    def _token_not_empty(cls, value: str | None) -> str | None:
+        # An empty token would turn authentication off as silently as no token.
+        if value is not None and not value.strip():
+            raise ValueError("TIMER_API_TOKEN is empty: set a token, or unset it to run without")
+        return value
+
     @field_validator("callback_deny_cidrs")
     @classmethod
     def _cidrs_parse(cls, value: str) -> str:
