@@ -34,13 +34,16 @@ class Sender:
         self._policy = policy if policy is not None else TargetPolicy()
         self._resolver = resolver  # None: aiohttp's default (tests inject a fake one)
         self._session: aiohttp.ClientSession | None = None
+        self._guarded: GuardedResolver | None = None
 
     async def start(self) -> None:
+        # A resolver passed in is ours to close: the connector closes only its own.
+        self._guarded = GuardedResolver(self._policy, self._resolver)
         connector = aiohttp.TCPConnector(
             limit=0,
             limit_per_host=0,
             ttl_dns_cache=10,  # caches only what the guarded resolver let through
-            resolver=GuardedResolver(self._policy, self._resolver),
+            resolver=self._guarded,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -54,6 +57,9 @@ class Sender:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._guarded is not None:
+            await self._guarded.close()
+            self._guarded = None
 
     async def post(self, url: str, request: CallbackRequest, timeout_s: float) -> Response:
         """The answer, or what went wrong, with any credentials of `url` (stored before
