@@ -13,16 +13,25 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
+# The locks first: the dependency layer is rebuilt only when they change.
+COPY requirements/lock.txt requirements/build-lock.txt ./requirements/
+# Every dependency from the hashed lock (all ship manylinux wheels: no
+# compiler needed), so two builds of one commit install the same files.
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r requirements/lock.txt
+
 COPY pyproject.toml README.md LICENSE ./
 COPY timer_service ./timer_service
 COPY daemon ./daemon
 COPY broker ./broker
 
-# Build the project's wheel, then install it (and its dependencies, all of
-# which ship manylinux wheels: no compiler needed) into a self-contained venv.
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
- && /opt/venv/bin/pip install --no-cache-dir /wheels/callback_timer_service-*.whl \
+# The project's wheel, built with the pinned backend (no build isolation, so
+# nothing unpinned is fetched), installed alone into the venv.
+RUN python -m venv /opt/build \
+ && /opt/build/bin/pip install --no-cache-dir --require-hashes -r requirements/build-lock.txt \
+ && /opt/build/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && /opt/venv/bin/pip install --no-cache-dir --no-deps /wheels/callback_timer_service-*.whl \
+ && /opt/venv/bin/pip check \
  && /opt/venv/bin/timer-service --help > /dev/null
 
 

@@ -51,7 +51,7 @@ class Broker:
         self._metrics = metrics
         self._clock = clock
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._sender = Sender(clock)
+        self._sender = Sender(clock, settings.callback_target_policy())
         self._outcomes = OutcomeWriter(store, metrics, clock)
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}

@@ -32,6 +32,9 @@ class Response:
     status_code: int | None
     retry_after: str | None = None
     error: str | None = None  # "timeout", "connection error: ..." when no status came
+    # The callback target policy refused the host: nothing was sent, and retrying
+    # cannot change that (docs/operations.md, "Callback targets").
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,7 @@ def judge(
     if status is not None and 200 <= status < 300:
         return Verdict(OutcomeKind.DELIVERED, None)
     error = response.error if status is None else f"HTTP {status}"
-    if not is_retryable(status):
+    if response.refused or not is_retryable(status):
         return Verdict(OutcomeKind.DEAD, error)
     if attempt - budget_base >= policy.max_attempts:
         return Verdict(OutcomeKind.DEAD, error)

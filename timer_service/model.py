@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from timer_service.callback_targets import redact_url
 from timer_service.constants import DEFAULT_RETRY
 
 
@@ -209,14 +210,15 @@ class BizType:
         return new
 
     def to_public(self, now_ms: int | None = None) -> dict[str, Any]:
-        """What the API shows: never a secret. `signing_secret_rotating_until` is when the
+        """What the API shows: never a secret (nor the credentials of a `callback_url`
+        stored before they were refused). `signing_secret_rotating_until` is when the
         previous secret stops signing, while it still does (at `now_ms`, when given)."""
         rotating = self.previous_signing_secret is not None and (
             now_ms is None or self.rotating_at(now_ms)
         )
         return {
             "biz_type": self.biz_type,
-            "callback_url": self.callback_url,
+            "callback_url": redact_url(self.callback_url),
             "rate_limit_per_s": self.rate_limit_per_s,
             "burst": self.burst,
             "max_concurrency": self.max_concurrency,
@@ -232,6 +234,7 @@ class BizType:
     def to_doc(self) -> dict[str, Any]:
         doc = self.to_public()
         del doc["has_signing_secret"], doc["signing_secret_rotating_until"]
+        doc["callback_url"] = self.callback_url
         doc["signing_secret"] = self.signing_secret
         doc["previous_signing_secret"] = self.previous_signing_secret
         doc["previous_secret_expires_at"] = self.previous_secret_expires_at

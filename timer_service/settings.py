@@ -3,9 +3,10 @@
 import re
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from timer_service.callback_targets import TargetPolicy, parse_cidrs
 from timer_service.constants import DEFAULT_BUCKETS
 
 PRODUCTION_MONGO_URL = "mongodb://127.0.0.1:27017"
@@ -65,6 +66,12 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=10, ge=0)
     log_level: str = "INFO"
 
+    # Callback targets (docs/operations.md, "Callback targets"): loopback and private
+    # addresses are allowed as the contract says; turn them off in a cluster whose
+    # internal services callbacks must not reach. Extra ranges: CIDRs, comma-separated.
+    callback_allow_private: bool = True
+    callback_deny_cidrs: str = ""
+
     # Implementation settings (documented in the README).
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=1, le=3600)
     lookahead_ms: int = Field(default=5000, ge=1000)  # how far ahead the daemon loads seconds
@@ -108,6 +115,23 @@ class Settings(BaseSettings):
             return self
         local = self.http_host in LOOPBACK_HOSTS
         return self.model_copy(update={"allowed_hosts": ",".join(LOOPBACK_HOSTS) if local else "*"})
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_not_empty(cls, value: str | None) -> str | None:
+        # An empty token would turn authentication off as silently as no token.
+        if value is not None and not value.strip():
+            raise ValueError("TIMER_API_TOKEN is empty: set a token, or unset it to run without")
+        return value
+
+    @field_validator("callback_deny_cidrs")
+    @classmethod
+    def _cidrs_parse(cls, value: str) -> str:
+        parse_cidrs(value)  # a bad range stops the process at start, naming it
+        return value
+
+    def callback_target_policy(self) -> TargetPolicy:
+        return TargetPolicy(self.callback_allow_private, parse_cidrs(self.callback_deny_cidrs))
 
     @property
     def retention_ms(self) -> int:

@@ -9,10 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
-from timer_service.api.bodies import parse_json, read_json, validate
+from timer_service.api.bodies import invalid, parse_json, read_json, validate
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import json_body, problems
-from timer_service.api.problems import Problem
+from timer_service.api.problems import Problem, field_error
 from timer_service.api.schemas import (
     BizTypeIn,
     BizTypeListOut,
@@ -61,6 +61,7 @@ def check_preconditions(request: Request, existing: BizType | None) -> None:
 def build_biz_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["biz types"], responses=problems(401, 500))
     store, clock = ctx.store, ctx.clock
+    target_policy = ctx.settings.callback_target_policy()
 
     @router.put(
         "/biz-types/{biz_type}",
@@ -80,6 +81,9 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
     )
     async def put_biz_type(biz_type: BizTypePath, request: Request) -> Response:
         config = validate(BizTypeIn, await read_json(request))
+        refusal = target_policy.url_refusal(config.callback_url)
+        if refusal is not None:  # docs/operations.md, "Callback targets"
+            raise invalid([field_error(("body", "callback_url"), refusal)])
         existing = await store.biz_types.get_biz_type(biz_type)
         check_preconditions(request, existing)
         now = clock.now_ms()
