@@ -13,6 +13,7 @@ from timer_service.api.auth import BearerAuthMiddleware
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import install_openapi
 from timer_service.api.limits import BodyLimitMiddleware
+from timer_service.api.observe import ObserveMiddleware
 from timer_service.api.problems import (
     Problem,
     UnhandledErrorMiddleware,
@@ -31,6 +32,7 @@ from timer_service.metrics import Metrics
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.tracing import NO_TRACING, Tracing
 from timer_service.wiring import scheduler as default_scheduler
 
 DESCRIPTION = """\
@@ -56,6 +58,7 @@ def create_app(
     on_jobs_written: Callable[[Sequence[int]], None] | None = None,
     ready_checks: Sequence[Callable[[], Awaitable[None]]] = (),
     scheduler: Scheduler | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> FastAPI:
     ctx = ApiContext(settings, store, metrics, clock, on_jobs_written, tuple(ready_checks))
     if scheduler is None:
@@ -86,11 +89,12 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_request_validation)
 
-    # Added innermost first: errors -> auth -> body limit -> the routes.
+    # Added innermost first: observe -> errors -> auth -> body limit -> the routes.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     if settings.api_token:
         app.add_middleware(BearerAuthMiddleware, token=settings.api_token)
     app.add_middleware(UnhandledErrorMiddleware)
+    app.add_middleware(ObserveMiddleware, metrics=metrics, clock=clock, tracing=tracing)
 
     install_openapi(app)
     app.state.context = ctx
