@@ -1,5 +1,7 @@
 """Settings, parsed once at the edge from TIMER_* environment variables (and .env)."""
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -34,6 +36,9 @@ class Settings(BaseSettings):
     retention_days: float = Field(default=30, gt=0)
     shutdown_grace_s: float = Field(default=10, ge=0)
     log_level: str = "INFO"
+    # OpenTelemetry spans: "none" (default: OpenTelemetry is not even imported),
+    # "console" (printed) or "otlp" (OTEL_EXPORTER_OTLP_* say where); the `otel` extra.
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
 
     # Implementation settings (documented in the README).
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=1, le=3600)
