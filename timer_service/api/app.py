@@ -77,11 +77,11 @@ def create_app(
     ]
     for router in routers:
         app.include_router(router)
+    api_routes = [
+        route for router in routers for route in router.routes if isinstance(route, APIRoute)
+    ]
     app.state.route_methods = [
-        (route.path_regex, frozenset(route.methods or ()))
-        for router in routers
-        for route in router.routes
-        if isinstance(route, APIRoute)
+        (route.path_regex, frozenset(route.methods or ())) for route in api_routes
     ]
 
     app.add_exception_handler(Problem, on_problem)
@@ -94,7 +94,9 @@ def create_app(
     if settings.api_token:
         app.add_middleware(BearerAuthMiddleware, token=settings.api_token)
     app.add_middleware(UnhandledErrorMiddleware)
-    app.add_middleware(ObserveMiddleware, metrics=metrics, clock=clock, tracing=tracing)
+    app.add_middleware(
+        ObserveMiddleware, metrics=metrics, clock=clock, tracing=tracing, routes=api_routes
+    )
 
     install_openapi(app)
     app.state.context = ctx

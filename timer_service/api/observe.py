@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+from collections.abc import Sequence
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -39,33 +40,39 @@ def request_id_of(supplied: list[str]) -> str:
     return secrets.token_hex(16)
 
 
-def route_template(scope: Scope) -> str:
+def route_template(scope: Scope, routes: Sequence[BaseRoute]) -> str:
     """The template of the route that handled (or would have handled) the request:
-    Starlette's router leaves it in the scope; a request answered before routing
-    (401, 413) is matched here."""
+    the router leaves it in the scope; a request answered before routing (401, 413)
+    is matched against `routes` here."""
     route = scope.get("route")
     if route is None:
-        route = _match(scope)
+        route = _match(scope, routes)
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else UNMATCHED_ROUTE
 
 
-def _match(scope: Scope) -> BaseRoute | None:
-    app = scope.get("app")
-    router = getattr(app, "router", None)
+def _match(scope: Scope, routes: Sequence[BaseRoute]) -> BaseRoute | None:
     partial = None
-    for route in getattr(router, "routes", ()):
+    for route in routes:
         match, _ = route.matches(scope)
         if match is Match.FULL:
             return route
         if match is Match.PARTIAL and partial is None:
-            partial = route
+            partial = route  # the path matches, the method does not: a 405
     return partial
 
 
 class ObserveMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, clock: Clock, tracing: Tracing) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        clock: Clock,
+        tracing: Tracing,
+        routes: Sequence[BaseRoute] = (),
+    ) -> None:
         self.app = app
+        self._routes = routes
         self._metrics = metrics
         self._clock = clock
         self._tracing = tracing
@@ -98,7 +105,7 @@ class ObserveMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             duration_s = max(0.0, self._clock.monotonic_s() - started)
-            route = route_template(scope)
+            route = route_template(scope, self._routes)
             self._metrics.http_request(method, route, status, duration_s)
             span.end(route, status)
             _log(scope, method, route, status, duration_s, request_id)
