@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -49,6 +51,16 @@ TAGS = [
 ]
 
 
+# Recent FastAPI releases trace and meter each request themselves (opentelemetry-api is
+# their dependency) as soon as a global OpenTelemetry provider exists. The service's own
+# middleware (api.observe) does that, once, under TIMER_OTEL_EXPORTER: theirs stays off.
+_FASTAPI_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def create_app(
     settings: Settings,
     store: Store,
@@ -68,6 +80,7 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         openapi_tags=TAGS,
+        **_FASTAPI_TELEMETRY,
     )
     routers = [
         build_biz_router(ctx),
