@@ -1,4 +1,4 @@
-"""One biz type's stream: hold each message until its moment, check it, send it within limits.
+"""One biz type's stream: hold each message until its moment, claim the send, send it within limits.
 
 Ownership: every biz type has its own quorum queue with single-active-consumer,
 so at any time one broker across all replicas consumes a biz type's stream.
@@ -10,14 +10,16 @@ may go out around the handover.
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
 (``CHECK_AHEAD_MS``; up to ``MAX_CHECK_AHEAD_MS`` while the store answers
-slowly) it asks the store, in one batch for all upcoming messages, which jobs are
-still dispatched under their message's claim; it drops the rest, and keeps the
-survivors in ``_ready`` until the wall clock reaches their moment and a token
-and an in-flight slot are free. A paused lane sends nothing and keeps holding.
-
-The window between that check and the send is the only time a cancel can
-race a callback: ~80 ms normally, at most the look-ahead plus ``FRESH_MS``
-when a message waits for the rate limit or a slot (the check is repeated then).
+slowly) it marks, in one batched conditional write for the upcoming messages
+that the rate limit and the in-flight cap will let go out within that window,
+their jobs as being sent (`jobs.start_sending`: still dispatched under the
+message's claim, no callback started). A job cancelled after publication, or a
+stale duplicate, is not marked: its message is acked and nothing is sent. From
+the mark on, a cancel answers "in flight" (409), so a 200 cancel is never
+followed by a callback; the marked jobs wait in ``_ready`` until the wall
+clock reaches their moment and a token and a slot are free, and are sent then.
+A paused lane sends nothing and keeps holding (what was marked before the
+pause goes out on resume).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import contextlib
 import itertools
 import logging
 import math
+import uuid
 from dataclasses import dataclass, field
 
 from broker.callback import Response, attempt_record, build_request, judge
@@ -50,8 +53,12 @@ log = logging.getLogger(__name__)
 
 CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
 MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
-FRESH_MS = 250  # a check older than the look-ahead plus this is repeated before sending
 MAX_CHECK_BATCH = 500
+# Marks in flight at once per lane: a herd's next batch is on its way while the store
+# answers the one before (the budget below still bounds what is marked ahead). A
+# trickle waits for the mark in flight instead, and goes in the next, larger batch.
+MAX_CHECKS_IN_FLIGHT = 3
+MIN_OVERLAPPING_BATCH = 32
 CHECK_GIVE_UP_AFTER_S = 10.0
 
 
@@ -65,8 +72,7 @@ class Held:
     # reconnect whose original channel is gone): they share this one's fate, and
     # count as dropped when acked (only this one is called back).
     twins: list[Delivery] = field(default_factory=list)
-    job: Job | None = None
-    checked_at: int = 0
+    job: Job | None = None  # set once its send is marked in the store
     limited: bool = False
     sort_key: tuple[int, int] = field(init=False)
 
@@ -122,7 +128,7 @@ class Lane:
         self._by_key: dict[str, Held] = {}
         self._seq = itertools.count()
         self._sending = True
-        self._check_task: asyncio.Task[None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
         self._sends: set[asyncio.Task[None]] = set()
         self._chores: set[asyncio.Task[None]] = set()
         self._waiter: asyncio.Future[None] | None = None
@@ -151,8 +157,8 @@ class Lane:
 
     async def close(self) -> None:
         """Stop everything; unsettled messages stay unacked for the queue to take back."""
-        tasks = [t for t in (self._task, self._check_task) if t is not None]
-        tasks += list(self._sends) + list(self._chores)
+        tasks = [t for t in (self._task,) if t is not None]
+        tasks += list(self._checks) + list(self._sends) + list(self._chores)
         await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}")
 
     @property
@@ -213,11 +219,6 @@ class Lane:
             if item.not_before > now:
                 wait_ms = item.not_before - now
                 break
-            if now - item.checked_at > self._check_ahead_ms + FRESH_MS:
-                ready.pop(0)
-                item.job = None
-                _insert(self._held, item)
-                continue
             if self._in_flight >= biz.max_concurrency:
                 self._note_limited(item)
                 break  # a finishing callback wakes the lane
@@ -232,16 +233,16 @@ class Lane:
                 continue
             self._start_send(item)
         held = self._held
-        if held and self._check_task is None:
+        if held and len(self._checks) < MAX_CHECKS_IN_FLIGHT:
             horizon = now + self._check_ahead_ms
             head = held[0]
             if head.not_before > horizon:
                 wait_ms = min(wait_ms, head.not_before - horizon)
             else:
-                budget = min(self._check_budget(mono) - len(ready), MAX_CHECK_BATCH)
-                if budget > 0:
-                    end = bisect.bisect_right(held, (horizon, math.inf), key=_sort_key)
-                    end = min(end, budget)
+                budget = self._check_budget(mono) - len(ready) - self._checking
+                budget = min(budget, MAX_CHECK_BATCH)
+                end = min(bisect.bisect_right(held, (horizon, math.inf), key=_sort_key), budget)
+                if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
                     # One message per job in a batch: the store answers by job key.
                     batch: list[Held] = []
                     later: list[Held] = []
@@ -269,20 +270,24 @@ class Lane:
 
     # -- check -------------------------------------------------------------------------
     def _start_check(self, batch: list[Held]) -> None:
-        self._checking = len(batch)
-        self._check_task = asyncio.create_task(self._check(batch))
+        self._checking += len(batch)
+        task = asyncio.create_task(self._check(batch))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
 
     async def _check(self, batch: list[Held]) -> None:
+        counted = len(batch)
         gone = [item for item in batch if not item.prune()]
         for item in gone:  # their channel closed: the queue has them back
             self._forget(item)
         batch = [item for item in batch if item not in gone]
         refs = [item.ref for item in batch]
+        send_token = uuid.uuid4().hex
         asked_at = self._clock.monotonic_s()
         try:
             jobs = await retried(
-                "fetch_for_send",
-                lambda: self._store.outcomes.fetch_for_send(refs),
+                "start_sending",
+                lambda: self._store.outcomes.start_sending(refs, send_token, self._clock.now_ms()),
                 self._metrics,
                 self._clock,
                 CHECK_GIVE_UP_AFTER_S,
@@ -296,10 +301,8 @@ class Lane:
                 self._settle(item, check_failed())
             return
         finally:
-            self._checking = 0
-            self._check_task = None
+            self._checking -= counted
             self._wake()
-        checked_at = self._clock.now_ms()
         self._learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
         for item in batch:
             job = jobs.get(item.key)
@@ -312,7 +315,6 @@ class Lane:
                 continue
             assert job is not None
             item.job = job
-            item.checked_at = checked_at
             if job.next_attempt_at is not None and job.next_attempt_at > item.not_before:
                 item.not_before = job.next_attempt_at
                 item.sort_key = (item.not_before, item.seq)

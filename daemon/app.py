@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from daemon.lease import LeaseKeeper
 from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
+from daemon.rounds import Rounds
 from daemon.scanner import ScanConfig, Scanner
 from daemon.schedule_hook import ScheduleHook
 from daemon.sweeper import OverdueSweeper
@@ -58,7 +59,13 @@ class Daemon:
         self.metrics = metrics
         self.clock = clock
         self.holder_id = holder_id or default_holder_id()
-        claims = ClaimTokens(self.holder_id)
+        claims = Rounds(
+            store.dispatch,
+            ClaimTokens(self.holder_id),
+            clock,
+            metrics,
+            max_spare_age_ms=settings.reconcile_after_ms // 2,
+        )
         self.lease = LeaseKeeper(
             store.leases, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
         )

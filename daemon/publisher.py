@@ -1,4 +1,10 @@
-"""Publishing claimed jobs: chunks, confirms, retries, then `mark_published`.
+"""Publishing claimed jobs: chunks, confirms, retries, then closing their claims' rounds.
+
+A claim's round (daemon/rounds.py) is closed once every message of the claim
+is confirmed: the jobs of one claim may go out in several chunks, and through
+several biz types' workers, so the publisher counts what each claim still has
+on its way. A claim any of whose messages was given up stays open, for the
+reconciler.
 
 Every wait (between retries, for the workers to finish) is on the injected clock.
 """
@@ -10,6 +16,7 @@ import contextlib
 import itertools
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
@@ -59,6 +66,8 @@ class Publisher:
         # occurrence there); must not raise and must return quickly.
         self.on_published: Callable[[Sequence[Claimed]], Awaitable[None]] | None = None
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._unconfirmed: Counter[str] = Counter()  # claim -> messages not yet confirmed
+        self._given_up: set[str] = set()  # claims whose round stays open
         self._backlogs: dict[str, list[tuple[Sequence[Claimed], Callable[[], bool]]]] = {}
 
     def submit(self, jobs: Sequence[Claimed], keep_trying: Callable[[], bool]) -> None:
@@ -69,6 +78,7 @@ class Publisher:
         type's claims behind it. With a worker per biz type the herd publishes
         beside the others, not in front of them.
         """
+        self._expect(jobs)
         by_biz: dict[str, list[Claimed]] = {}
         for job in jobs:
             by_biz.setdefault(job.biz_type, []).append(job)
@@ -86,7 +96,7 @@ class Publisher:
         while backlog:
             items, keep_trying = self._take(backlog)
             try:
-                await self.publish(items, keep_trying)
+                await self._publish(items, keep_trying)
             except Exception:  # publish() retries itself; this is a bug guard
                 log.exception("publishing failed", extra={"biz_type": biz_type})
         self._backlogs.pop(biz_type, None)
@@ -126,30 +136,56 @@ class Publisher:
         await cancel_and_wait(self._workers.values(), TASK_STOP_TIMEOUT_S, "publisher")
         self._workers.clear()
         self._backlogs.clear()
+        self._unconfirmed.clear()
+        self._given_up.clear()
 
     async def publish(self, jobs: Sequence[Claimed], keep_trying: Callable[[], bool]) -> bool:
-        """Publish and record; True when all were confirmed.
+        """Publish and close the claims' rounds; True when all were confirmed.
 
         A failed chunk is retried while `keep_trying()` (this daemon still
-        leads). Given up, the jobs stay dispatched and unpublished: the
+        leads). Given up, the jobs stay dispatched with their round open: the
         reconciler of whichever daemon leads then publishes them again.
         """
+        self._expect(jobs)
+        return await self._publish(jobs, keep_trying)
+
+    def _expect(self, jobs: Sequence[Claimed]) -> None:
+        self._unconfirmed.update(job.claim for job in jobs)
+
+    async def _publish(self, jobs: Sequence[Claimed], keep_trying: Callable[[], bool]) -> bool:
         for start in range(0, len(jobs), self._batch):
             chunk = jobs[start : start + self._batch]
             spans = self._tracing.dispatch_started(chunk)
             confirmed = await self._publish_chunk(chunk, keep_trying)
             spans.end(confirmed)
             if not confirmed:
+                self._settle(jobs[start:], confirmed=False)
                 return False
             published_at = self._clock.now_ms()
             for job in chunk:
                 self._metrics.job_dispatched(
                     job.biz_type, (published_at - job.next_attempt_at) / 1000
                 )
-            await self._mark_published(chunk)
+            await self._close_rounds(self._settle(chunk, confirmed=True))
             if self.on_published is not None:
                 await self.on_published(chunk)
         return True
+
+    def _settle(self, jobs: Sequence[Claimed], confirmed: bool) -> list[str]:
+        """Count these messages as done; the claims now wholly confirmed."""
+        done = []
+        for job in jobs:
+            claim = job.claim
+            if not confirmed:
+                self._given_up.add(claim)
+            self._unconfirmed[claim] -= 1
+            if self._unconfirmed[claim] <= 0:
+                del self._unconfirmed[claim]
+                if claim in self._given_up:
+                    self._given_up.discard(claim)
+                else:
+                    done.append(claim)
+        return done
 
     async def _publish_chunk(
         self, chunk: Sequence[Claimed], keep_trying: Callable[[], bool]
@@ -186,13 +222,11 @@ class Publisher:
             return False
         return True
 
-    async def _mark_published(self, chunk: Sequence[Claimed]) -> None:
-        for second, claim, fence in dict.fromkeys((j.second, j.claim, j.fence) for j in chunk):
-            try:
-                await self._store.dispatch.mark_published(second, claim, fence)
-            except Exception as exc:  # only costs a spare republish later
-                self._metrics.store_error("mark_published")
-                log.warning(
-                    "mark_published failed",
-                    extra={"second": second, "claim": claim, "error": repr(exc)},
-                )
+    async def _close_rounds(self, claims: Sequence[str]) -> None:
+        if not claims:
+            return
+        try:
+            await self._store.dispatch.close_rounds(claims)
+        except Exception as exc:  # only costs a spare republish later
+            self._metrics.store_error("close_rounds")
+            log.warning("closing claim rounds failed", extra={"error": repr(exc)})

@@ -25,7 +25,8 @@ import logging
 from dataclasses import dataclass, field
 
 from daemon.lease import LeaseKeeper, Term
-from daemon.publisher import ClaimTokens, Publisher
+from daemon.publisher import Publisher
+from daemon.rounds import Rounds
 from daemon.wheel import Timer, TimingWheel
 from timer_service.clock import Clock
 from timer_service.constants import MAX_CLAIM_AHEAD_MS
@@ -93,7 +94,7 @@ class Scanner:
         lease: LeaseKeeper,
         clock: Clock,
         metrics: Metrics,
-        claims: ClaimTokens,
+        claims: Rounds,
     ) -> None:
         self.config = config
         self._dispatch = dispatch
@@ -104,7 +105,7 @@ class Scanner:
         self._metrics = metrics
         self._claims = claims
         self.wake = asyncio.Event()
-        self.last_claim_ms = 0  # the reconciler sweeps only while claims happen
+        self.last_claim_ms = 0  # the last claim attempt: the reconciler sweeps after it
         self._term: Term | None = None
         self._reset(0)
 
@@ -388,12 +389,15 @@ class Scanner:
 
     async def _claim(self, second: int, upto_ms: int) -> list[Claimed]:
         term = self._require_term()
+        token = await self._claims.take(term.fence)
         now = self._clock.now_ms()
-        claimed = await self._dispatch.claim_due(
-            second, upto_ms, self._claims.next(term.fence), term.fence, now
+        # Counted before the call: a claim whose reply is lost has applied all the
+        # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
+        self.last_claim_ms = now
+        claimed, _ = await asyncio.gather(
+            self._dispatch.claim_due(second, upto_ms, token, term.fence, now),
+            self._claims.prepare(term.fence),
         )
-        if claimed:
-            self.last_claim_ms = now
         return claimed
 
     async def _publish(self, claimed: list[Claimed]) -> None:

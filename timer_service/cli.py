@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from timer_service import __version__
+
 
 def _run_api() -> int:
     from timer_service.api.server import run
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="timer-service",
         description="Distributed timer service: persisted delayed HTTP callbacks.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("api", help="run the REST API")
     sub.add_parser("daemon", help="run the scan daemon")

@@ -14,6 +14,7 @@ SECONDS_COLLECTION = "seconds"  # ordered index of non-empty seconds (the skip l
 BIZ_TYPES_COLLECTION = "biz_types"
 LEASES_COLLECTION = "leases"
 POINTERS_COLLECTION = "pointers"
+ROUNDS_COLLECTION = "rounds"  # claim rounds not yet confirmed by the queue (normally few)
 BROKERS_COLLECTION = "brokers"  # broker heartbeats: which biz types a live broker holds
 SCHEDULES_COLLECTION = "schedules"
 
@@ -27,6 +28,17 @@ DEFAULT_BUCKETS = 60
 TASK_STOP_TIMEOUT_S = 3.0
 
 MAX_BATCH_ITEMS = 1000
+
+# Bounds of what the API accepts (docs/api.md), so that no setting can make the service
+# useless or run away: a rate so low nothing ever goes out, a callback held for days, a
+# schedule that makes a job every millisecond.
+MIN_RATE_LIMIT_PER_S = 0.001  # one callback per 1000 s
+MAX_TIMEOUT_MS = 300_000  # 5 minutes for one callback
+MAX_BURST = 10_000
+MAX_CONCURRENCY = 1000  # callbacks in flight at once, per biz type
+MIN_CYCLE_INTERVAL_MS = 1000  # a cycling interval schedule: as fine as a seconds cron
+# A due time (epoch ms) before 2001-01-01T00:00:00Z can only be seconds given for ms.
+MIN_DUE_AT_MS = 978_307_200_000
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 100
 

@@ -28,7 +28,13 @@ log = logging.getLogger("timer_service.dev")
 
 def banner(settings: Settings, store_desc: str, queue_desc: str) -> str:
     base = f"http://{settings.http_host}:{settings.http_port}"
-    auth = " -H 'Authorization: Bearer $TIMER_API_TOKEN'" if settings.api_token else ""
+    # Double quotes: the shell expands $TIMER_API_TOKEN in the copied command.
+    auth = ""
+    if settings.api_token:
+        auth = ' -H "Authorization: Bearer $TIMER_API_TOKEN"'
+    elif settings.named_tokens():
+        auth = ' -H "Authorization: Bearer <a token of TIMER_API_TOKENS>"'
+
     json = " -H 'Content-Type: application/json'"
     return "\n".join(
         [
@@ -120,6 +126,6 @@ async def serve_dev(settings: Settings, stop: asyncio.Event) -> None:
 
 
 def run() -> int:
-    settings = Settings()
+    settings = Settings().with_default_hosts()
     setup_logging(settings.log_level)
     return run_until_signal(lambda stop: serve_dev(settings, stop))

@@ -1,6 +1,6 @@
 """The job state machine: every rule about how a job may change, in one place.
 
-Each event (create, cancel, reschedule, replay, claim, reclaim, published,
+Each event (create, cancel, reschedule, replay, claim, reclaim, start-sending,
 outcome) is a pure function of the job (or of what the caller knows of it) that
 returns a `Change`, or raises a domain error. A `Change` says which fields take
 which values and records at most one attempt, guarded by the state (and claim)
@@ -143,16 +143,18 @@ def repeat_status_by_fingerprint(due_at: int, fingerprint: str, new: NewJob) -> 
 class Guard:
     """What the job must still be when a change is applied: one of `states`; when
     `claim` is given, dispatched under that claim token; when `idle`, with no
-    callback started."""
+    callback started, or only the one of `sending` (the same send mark again: a
+    retry after a lost reply)."""
 
     states: frozenset[JobState]
     claim: str | None = None
     idle: bool = False
+    sending: str | None = None
 
     def holds(self, job: Job) -> bool:
         if job.state not in self.states:
             return False
-        if self.idle and job.sending is not None:
+        if self.idle and job.sending is not None and job.sending != self.sending:
             return False
         return self.claim is None or job.claim == self.claim
 
@@ -244,8 +246,25 @@ def reschedule(job: Job, due_at: int, payload_json: str | None, now_ms: int) -> 
     return _change(_PENDING, **sets)
 
 
-def replay(job: Job, now_ms: int) -> Change:
-    """dead -> pending now, with a fresh budget of attempts (history keeps counting)."""
+def replayed(job: Job) -> bool:
+    """The job is pending or dispatched by a replay whose first attempt has not ended:
+    `budget_base` is set only by a replay, to the attempts made until then, so no
+    attempt has been recorded since the last replay exactly when they are equal (a
+    dead job has made at least one attempt)."""
+    return job.state in ACTIVE_STATES and 0 < job.budget_base == job.attempts
+
+
+def replay(job: Job, now_ms: int) -> Change | None:
+    """dead -> pending now, with a fresh budget of attempts (history keeps counting).
+
+    None (no change, the job as it is answers) when the job is still where a replay
+    put it (`replayed`): a client that retries a replay whose reply it lost must
+    not get 409 for a replay that went through. A second replay by someone else
+    meanwhile is answered the same way, which is what it asked for. Once an attempt
+    of the replayed job has ended (or it was cancelled) the replay is done and a new
+    one is judged by the state: 409 unless dead."""
+    if replayed(job):
+        return None
     if job.state != JobState.DEAD:
         raise Conflict(f"only a dead job can be replayed; this one is {job.state.value}")
     return _change(
@@ -280,7 +299,6 @@ def claim(claim_token: str, fence: int, now_ms: int) -> Change:
         claim=claim_token,
         fence=fence,
         claimed_at=now_ms,
-        published=False,
         sending=None,
         updated_at=now_ms,
     )
@@ -294,14 +312,8 @@ def reclaim(old_claim: str, claim_token: str, fence: int, now_ms: int) -> Change
         claim=claim_token,
         fence=fence,
         claimed_at=now_ms,
-        published=False,
         sending=None,  # whoever had started the callback is gone: it goes out again
     )
-
-
-def published(claim_token: str) -> Change:
-    """The queue confirmed the claim's messages."""
-    return _change(_DISPATCHED, claim_token, published=True)
 
 
 def start_sending(claim_token: str, send_token: str, now_ms: int, retake: bool = False) -> Change:
@@ -313,9 +325,13 @@ def start_sending(claim_token: str, send_token: str, now_ms: int, retake: bool =
     channel that held it before is gone (its broker died or lost its connection,
     and drops what it held): whoever had started the callback will not finish it,
     so this message takes the send over (a duplicate only if that callback was
-    already on the wire)."""
+    already on the wire).
+
+    Idempotent: the same mark again (same `send_token`, a retry after a lost
+    reply) holds and answers the job as marked, so the retrying broker sends what
+    its first call marked instead of dropping it."""
     return Change(
-        Guard(_DISPATCHED, claim_token, idle=not retake),
+        Guard(_DISPATCHED, claim_token, idle=not retake, sending=send_token),
         MappingProxyType({"sending": send_token, "updated_at": now_ms}),
     )
 

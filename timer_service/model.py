@@ -92,7 +92,6 @@ class Job:
     claim: str | None = None  # token of the dispatch that owns the job now
     fence: int = 0  # lease token of the daemon that claimed it last
     claimed_at: int | None = None
-    published: bool = False
     budget_base: int = 0  # attempts made before the last replay
     # Set when a broker starts the callback (its send token): from then on a cancel
     # answers "in flight", and another message of the same claim is not sent.

@@ -1,7 +1,9 @@
-"""Operator subcommands of `timer-service`: `jobs ...` and `biz-types ...`, over the REST API.
+"""Operator subcommands of `timer-service`: `jobs ...`, `biz-types ...` and
+`schedules ...`, over the REST API.
 
-JSON on stdout by default, a table with `--table`; an error prints its problem document
-on stderr and exits 1.
+JSON on stdout by default, a table with `--table` (before or after the action). An error
+prints its problem document on stderr and exits 3 when the resource does not exist, 4
+when the API cannot be reached, 1 for any other error (2: the command line is wrong).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from timer_service.client import UNCHANGED, TimerApiError, TimerClient
+from timer_service.client import UNCHANGED, NotFoundError, TimerApiError, TimerClient
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 JOB_STATES = ("pending", "dispatched", "delivered", "dead", "cancelled")
@@ -29,10 +31,19 @@ BIZ_TYPE_COLUMNS = (
     "biz_type", "callback_url", "rate_limit_per_s", "burst", "max_concurrency", "timeout_ms",
     "paused", "has_signing_secret",
 )  # fmt: skip
+SCHEDULE_COLUMNS = (
+    "biz_type", "schedule_id", "cron", "timezone", "intervals_ms", "paused", "next_run_at",
+    "runs",
+)  # fmt: skip
+SCHEDULE_FLAGS = ("cron", "timezone", "intervals_ms", "cycle", "payload", "paused", "catchup")
 BIZ_TYPE_FLAGS = (
     "callback_url", "rate_limit_per_s", "burst", "max_concurrency", "timeout_ms",
     "signing_secret", "paused",
 )  # fmt: skip
+
+EXIT_API_ERROR = 1
+EXIT_NOT_FOUND = 3
+EXIT_UNREACHABLE = 4
 
 Result = BaseModel | list[Any] | None
 Action = Callable[[TimerClient, argparse.Namespace], Result]
@@ -64,6 +75,16 @@ def due_time(text: str) -> int | str:
 
 
 # --- Actions -------------------------------------------------------------------------------
+
+
+def _create_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.create_job(
+        args.biz_type,
+        job_id=args.job_id,
+        due_at=args.due_at,
+        delay_ms=args.delay_ms,
+        payload=args.payload,
+    )
 
 
 def _get_job(client: TimerClient, args: argparse.Namespace) -> Result:
@@ -107,6 +128,27 @@ def _put_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
 
 def _delete_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
     client.delete_biz_type(args.biz_type)
+    return None
+
+
+def _list_schedules(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.list_schedules(args.biz_type)
+
+
+def _get_schedule(client: TimerClient, args: argparse.Namespace) -> Result:
+    return client.get_schedule(args.biz_type, args.schedule_id)
+
+
+def _put_schedule(client: TimerClient, args: argparse.Namespace) -> Result:
+    spec = dict(args.json or {})
+    spec.update(
+        {flag: getattr(args, flag) for flag in SCHEDULE_FLAGS if getattr(args, flag) is not None}
+    )
+    return client.put_schedule(args.biz_type, args.schedule_id, **spec)
+
+
+def _delete_schedule(client: TimerClient, args: argparse.Namespace) -> Result:
+    client.delete_schedule(args.biz_type, args.schedule_id)
     return None
 
 
@@ -160,11 +202,11 @@ def _handler(action: Action, columns: Sequence[str]) -> Callable[[argparse.Names
                 result = action(client, args)
         except TimerApiError as exc:
             _print_problem(exc.problem)
-            return 1
+            return EXIT_NOT_FOUND if isinstance(exc, NotFoundError) else EXIT_API_ERROR
         except httpx.HTTPError as exc:
             _print_problem({"title": "timer service unreachable", "detail": f"{exc!r}"})
-            return 1
-        _emit(result, columns, args.table)
+            return EXIT_UNREACHABLE
+        _emit(result, columns, getattr(args, "table", False))
         return 0
 
     return handle
@@ -174,10 +216,17 @@ def _handler(action: Action, columns: Sequence[str]) -> Callable[[argparse.Names
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    # SUPPRESS: a leaf's default must not undo `--table` given before the action.
     output = argparse.ArgumentParser(add_help=False)
-    output.add_argument("--table", action="store_true", help="a readable table instead of JSON")
+    output.add_argument(
+        "--table",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="a readable table instead of JSON",
+    )
     _register_jobs(subparsers, output)
     _register_biz_types(subparsers, output)
+    _register_schedules(subparsers, output)
 
 
 def _leaf(
@@ -203,8 +252,15 @@ def _register_jobs(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     output: argparse.ArgumentParser,
 ) -> None:
-    jobs = subparsers.add_parser("jobs", help="inspect and steer jobs (TIMER_API_URL)")
+    jobs = subparsers.add_parser(
+        "jobs", help="create, inspect and steer jobs (TIMER_API_URL)", parents=[output]
+    )
     group = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    create = _leaf(group, "create", "create a job", output, _create_job, JOB_COLUMNS)
+    create.add_argument("biz_type")
+    create.add_argument("--job-id", help="default: generated (and kept on a retry)")
+    _when(create)
+    create.add_argument("--payload", type=json_document, default=None, help="payload as JSON")
     _identity(_leaf(group, "get", "show one job", output, _get_job, JOB_COLUMNS))
     _identity(_leaf(group, "cancel", "cancel a job", output, _cancel_job, JOB_COLUMNS))
     _identity(_leaf(group, "replay", "retry a dead job", output, _replay_job, JOB_COLUMNS))
@@ -218,19 +274,25 @@ def _register_jobs(
     reschedule = _identity(
         _leaf(group, "reschedule", "move a pending job", output, _reschedule_job, JOB_COLUMNS)
     )
-    when = reschedule.add_mutually_exclusive_group(required=True)
-    when.add_argument("--due-at", type=due_time, help="epoch ms or RFC 3339 with offset")
-    when.add_argument("--delay-ms", type=int)
+    _when(reschedule)
     reschedule.add_argument(
         "--payload", type=json_document, default=UNCHANGED, help="new payload as JSON"
     )
+
+
+def _when(parser: argparse.ArgumentParser) -> None:
+    when = parser.add_mutually_exclusive_group(required=True)
+    when.add_argument("--due-at", type=due_time, help="epoch ms or RFC 3339 with offset")
+    when.add_argument("--delay-ms", type=int)
 
 
 def _register_biz_types(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     output: argparse.ArgumentParser,
 ) -> None:
-    biz_types = subparsers.add_parser("biz-types", help="business type configs (TIMER_API_URL)")
+    biz_types = subparsers.add_parser(
+        "biz-types", help="business type configs (TIMER_API_URL)", parents=[output]
+    )
     group = biz_types.add_subparsers(dest="biz_types_command", required=True, metavar="ACTION")
     _leaf(group, "list", "list biz types", output, _list_biz_types, BIZ_TYPE_COLUMNS)
     get = _leaf(group, "get", "show one biz type", output, _get_biz_type, BIZ_TYPE_COLUMNS)
@@ -255,3 +317,47 @@ def _register_biz_types(
     put.add_argument("--timeout-ms", type=int)
     put.add_argument("--signing-secret")
     put.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
+
+
+def _schedule_identity(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("biz_type")
+    parser.add_argument("schedule_id")
+    return parser
+
+
+def _intervals(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _register_schedules(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    output: argparse.ArgumentParser,
+) -> None:
+    schedules = subparsers.add_parser(
+        "schedules", help="recurring schedules (TIMER_API_URL)", parents=[output]
+    )
+    group = schedules.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
+    listing = _leaf(group, "list", "list schedules", output, _list_schedules, SCHEDULE_COLUMNS)
+    listing.add_argument("--biz-type")
+    get = _leaf(group, "get", "show one schedule", output, _get_schedule, SCHEDULE_COLUMNS)
+    _schedule_identity(get)
+    delete = _leaf(group, "delete", "delete a schedule", output, _delete_schedule, ())
+    _schedule_identity(delete)
+
+    put = _leaf(
+        group,
+        "put",
+        "create or replace a schedule: the whole spec (unset fields take their defaults)",
+        output,
+        _put_schedule,
+        SCHEDULE_COLUMNS,
+    )
+    _schedule_identity(put)
+    put.add_argument("--json", type=json_object, help="the spec as JSON; flags override it")
+    put.add_argument("--cron", help='e.g. "0 9 * * MON-FRI"')
+    put.add_argument("--timezone", help="IANA zone of --cron (default UTC)")
+    put.add_argument("--intervals-ms", type=_intervals, help="gaps, comma-separated: 500,1000")
+    put.add_argument("--cycle", action=argparse.BooleanOptionalAction, default=None)
+    put.add_argument("--payload", type=json_document, help="each occurrence's payload as JSON")
+    put.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
+    put.add_argument("--catchup", choices=("skip", "one", "all"))

@@ -1,14 +1,40 @@
 """Settings, parsed once at the edge from TIMER_* environment variables (and .env)."""
 
-from typing import Literal
+import re
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from timer_service.constants import DEFAULT_BUCKETS
 
 PRODUCTION_MONGO_URL = "mongodb://127.0.0.1:27017"
 PRODUCTION_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+DEFAULT_TOKEN_NAME = "default"  # the name of TIMER_API_TOKEN's token
+TOKEN_NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def parse_named_tokens(text: str | None) -> dict[str, str]:
+    """`"alice=tok1,ci=tok2"` as {"alice": "tok1", "ci": "tok2"}; ValueError on a bad
+    entry, a repeated name or a token given to two names."""
+    tokens: dict[str, str] = {}
+    for entry in (text or "").split(","):
+        if not entry.strip():
+            continue
+        name, sep, token = entry.strip().partition("=")
+        if not sep or not TOKEN_NAME_RE.match(name) or not token:
+            raise ValueError(
+                f"TIMER_API_TOKENS entry {name!r} is not name=token (a name of letters,"
+                " digits and _.@-, a token of at least one character)"
+            )
+        if name in tokens:
+            raise ValueError(f"TIMER_API_TOKENS names {name!r} twice")
+        if token in tokens.values():
+            raise ValueError(f"TIMER_API_TOKENS gives {name!r} a token another name has")
+        tokens[name] = token
+    return tokens
 
 
 class Settings(BaseSettings):
@@ -25,7 +51,9 @@ class Settings(BaseSettings):
     http_port: int = 8080
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # daemon 9101, broker 9102
-    api_token: str | None = None
+    api_token: str | None = None  # the token named "default"
+    api_tokens: str | None = None  # named tokens: "alice=tok1,ci=tok2"
+    allowed_hosts: str | None = None  # Host header values answered: "a.example,*.svc"
     data_dir: str = "./.timer-data"
     queue_prefix: str = "timer"
     lease_ttl_ms: int = Field(default=5000, ge=100)
@@ -48,6 +76,41 @@ class Settings(BaseSettings):
     publish_batch: int = Field(default=1000, ge=1)
     broker_prefetch: int = Field(default=2000, ge=1)
     stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
+
+    @model_validator(mode="after")
+    def _tokens_parse(self) -> Self:
+        self.named_tokens()  # raises ValueError saying what is wrong
+        return self
+
+    def named_tokens(self) -> dict[str, str]:
+        """Name -> token of every accepted bearer token; empty when auth is off."""
+        tokens = parse_named_tokens(self.api_tokens)
+        if self.api_token:
+            if DEFAULT_TOKEN_NAME in tokens:
+                raise ValueError(
+                    f"TIMER_API_TOKENS names a token {DEFAULT_TOKEN_NAME!r}, the name of"
+                    " TIMER_API_TOKEN: use one or the other"
+                )
+            if self.api_token in tokens.values():
+                raise ValueError("TIMER_API_TOKEN is also one of TIMER_API_TOKENS")
+            tokens[DEFAULT_TOKEN_NAME] = self.api_token
+        return tokens
+
+    def allowed_host_list(self) -> list[str] | None:
+        """The Host header values answered; None = any (no check)."""
+        if self.allowed_hosts is None:
+            return None
+        return [host.strip().lower() for host in self.allowed_hosts.split(",") if host.strip()]
+
+    def with_default_hosts(self) -> Self:
+        """These settings with `allowed_hosts` defaulted for the listen address: on a
+        loopback address only local names (a web page that rebinds its DNS name to
+        127.0.0.1 is not answered); on any other address every host (a k8s Service
+        is reached by several names). Set TIMER_ALLOWED_HOSTS to narrow it."""
+        if self.allowed_hosts is not None:
+            return self
+        local = self.http_host in LOOPBACK_HOSTS
+        return self.model_copy(update={"allowed_hosts": ",".join(LOOPBACK_HOSTS) if local else "*"})
 
     @property
     def retention_ms(self) -> int:

@@ -98,13 +98,23 @@ async def test_cancel(store: Store) -> None:
     assert await store.dispatch.load_second(second_of(NOW + 5000), 1) == []
 
 
-async def test_cancel_dispatched_then_send_check_drops_it(store: Store) -> None:
+async def test_cancel_dispatched_then_the_send_mark_drops_it(store: Store) -> None:
     await create(store, new("a"))
     [c] = await claim_second(store, second_of(NOW + 5000))
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
-    assert set(await store.outcomes.fetch_for_send([ref])) == {"orders/a"}
     await store.jobs.cancel_job("orders", "a", NOW)
-    assert await store.outcomes.fetch_for_send([ref]) == {}
+    assert await store.outcomes.start_sending([ref], "t1", NOW + 1) == {}
+
+
+async def test_a_retried_send_mark_returns_what_the_first_try_marked(store: Store) -> None:
+    await create(store, new("a"), new("b"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    first = await store.outcomes.start_sending(refs, "t1", NOW + 1)
+    assert set(first) == {"orders/a", "orders/b"}
+    again = await store.outcomes.start_sending(refs, "t1", NOW + 2)  # its reply was lost
+    assert set(again) == {"orders/a", "orders/b"}, f"a retry with the same token got {again}"
+    assert await store.outcomes.start_sending(refs, "t2", NOW + 3) == {}  # another sender
 
 
 async def test_reschedule_moves_to_the_new_second(store: Store) -> None:
@@ -149,8 +159,8 @@ async def test_replay_dead_job(store: Store) -> None:
     assert [k for k, _ in await store.dispatch.load_second(second_of(NOW + 20_000), 1)] == [
         "orders/a"
     ]
-    with pytest.raises(Conflict):
-        await store.jobs.replay_job("orders", "a", NOW)
+    again = await store.jobs.replay_job("orders", "a", NOW + 21_000)  # a retried replay
+    assert again.next_attempt_at == NOW + 20_000, "a retried replay changed the job"
 
 
 # -- listing -------------------------------------------------------------------------
@@ -252,13 +262,12 @@ async def test_claim_is_conditional_and_fenced(store: Store) -> None:
     assert job is not None and job.state == JobState.DISPATCHED and job.fence == 2
 
 
-async def test_stale_dispatched_reclaim_and_published_flag(store: Store) -> None:
+async def test_stale_dispatched_and_reclaim(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), new("b"))
     claimed = await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    await store.dispatch.mark_published(s, "c1", 1)
     stale = await store.dispatch.find_stale_dispatched(NOW + 1, 100)
-    assert sorted(j.job_id for j in stale) == ["a", "b"] and all(j.published for j in stale)
+    assert sorted(j.job_id for j in stale) == ["a", "b"]
     assert await store.dispatch.find_stale_dispatched(NOW, 100) == []
     again = await store.dispatch.reclaim(stale, "c2", 1, NOW + 10)
     assert sorted(c.job_id for c in again) == ["a", "b"] and {c.claim for c in again} == {"c2"}
@@ -266,32 +275,63 @@ async def test_stale_dispatched_reclaim_and_published_flag(store: Store) -> None
         await store.dispatch.reclaim(stale, "c3", 1, NOW + 20) == []
     )  # old claim no longer matches
     old_refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
-    assert await store.outcomes.fetch_for_send(old_refs) == {}  # stale duplicates are dropped
-    job = await store.jobs.get_job("orders", "a")
-    assert job is not None and job.published is False
+    assert await store.outcomes.start_sending(old_refs, "t", NOW + 30) == {}  # stale: dropped
 
 
 async def test_stale_dispatched_filters_and_orders_by_claim_time(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), NewJob("held", "b", NOW + 5000, encode_payload(None)))
     await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    await store.dispatch.mark_published(s, "c1", 1)
     await create(store, new("c"))
-    await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # never confirmed
+    await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)
 
     def ids(jobs: list[Job]) -> list[str]:
         return [j.job_id for j in jobs]
 
-    assert ids(await store.dispatch.find_stale_dispatched(NOW + 10, 100, published=False)) == ["c"]
-    published = await store.dispatch.find_stale_dispatched(NOW + 10, 100, published=True)
-    assert sorted(ids(published)) == ["a", "b"]
+    found = ids(await store.dispatch.find_stale_dispatched(NOW + 10, 100))
+    assert found[-1] == "c" and sorted(found) == ["a", "b", "c"]  # oldest claim first
     skipped = await store.dispatch.find_stale_dispatched(NOW + 10, 100, skip_biz_types={"held"})
     assert ids(skipped)[-1] == "c" and sorted(ids(skipped)) == ["a", "c"]  # oldest first
     assert ids(
-        await store.dispatch.find_stale_dispatched(
-            NOW + 10, 1, published=True, skip_biz_types=["held"]
-        )
+        await store.dispatch.find_stale_dispatched(NOW + 10, 1, skip_biz_types=["held"])
     ) == ["a"]
+
+
+def ids_of(jobs: list[Job]) -> list[str]:
+    return sorted(j.job_id for j in jobs)
+
+
+async def test_open_rounds_name_the_jobs_never_confirmed(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"), new("b"), new("c", due_at=NOW + 5900))
+    await store.dispatch.open_round("c1", 1, NOW)
+    await store.dispatch.claim_due(s, NOW + 5500, "c1", 1, NOW)  # a and b
+    await store.dispatch.open_round("c2", 2, NOW + 5)
+    await store.dispatch.claim_due(s, NOW + 6000, "c2", 2, NOW + 5)  # c
+    assert await store.dispatch.find_unpublished(NOW, 100) == []  # not old enough yet
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100)) == ["a", "b", "c"]
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100, fence_below=2)) == [
+        "a",
+        "b",
+    ]
+    await store.dispatch.close_rounds(["c1"])
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100)) == ["c"]
+    # A job whose send has started is no longer the round's to republish.
+    [c] = await store.dispatch.find_unpublished(NOW + 10, 100)
+    assert c.claim is not None
+    ref = SendRef(c.biz_type, c.job_id, s, c.claim)
+    assert set(await store.outcomes.start_sending([ref], "t", NOW + 20)) == {"orders/c"}
+    assert await store.dispatch.find_unpublished(NOW + 10, 100) == []
+
+
+async def test_a_round_that_names_no_job_is_closed_by_the_sweep(store: Store) -> None:
+    await store.dispatch.open_round("empty", 1, NOW)
+    assert await store.dispatch.find_unpublished(NOW + 10, 100) == []
+    # Once closed, a claim under that token is no longer found: the sweep must only
+    # close rounds older than any claim still to be made under them (daemon/rounds.py).
+    await create(store, new("a"))
+    await store.dispatch.claim_due(second_of(NOW + 5000), NOW + 6000, "empty", 1, NOW + 20)
+    assert await store.dispatch.find_unpublished(NOW + 30, 100) == []
 
 
 async def test_watch_yields_bumped_seconds(store: Store) -> None:
@@ -317,7 +357,7 @@ async def test_outcomes_delivered_retry_dead(store: Store) -> None:
     await create(store, new("ok"), new("retry"), new("dead"))
     claimed = {c.job_id: c for c in await claim_second(store, s)}
     ref = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
-    sent = await store.outcomes.fetch_for_send(list(ref.values()))
+    sent = await store.outcomes.start_sending(list(ref.values()), "t", NOW + 5001)
     assert set(sent) == {"orders/ok", "orders/retry", "orders/dead"}
     retry_at = NOW + 30_000
     await store.outcomes.record_outcomes(

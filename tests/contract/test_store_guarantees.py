@@ -10,7 +10,7 @@ import pytest
 
 from tests.contract.stores import NOW, attempt, claim_second, create, new
 from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
-from timer_service.errors import CallbackInFlight
+from timer_service.errors import CallbackInFlight, Conflict
 from timer_service.jobs import CreateStatus
 from timer_service.model import JobState, second_of
 from timer_service.store.base import Store
@@ -128,3 +128,53 @@ async def test_a_daemon_s_fence_stamp_is_not_reported_as_a_write(store: Store) -
     await create(store, new("b", due_at=NOW + 9000))
     await asyncio.wait_for(task, 10)
     assert seen == [second_of(NOW + 9000)], f"the daemon would be nudged by its own load: {seen}"
+
+
+async def test_a_send_mark_retried_with_its_token_returns_the_jobs_it_marked(
+    store: Store,
+) -> None:
+    await create(store, new("a"), new("b"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    first = await store.outcomes.start_sending(refs, "send-1", NOW + 5000)
+    assert sorted(first) == ["orders/a", "orders/b"], first
+    # The reply was lost: the broker asks again with the same token.
+    again = await store.outcomes.start_sending(refs, "send-1", NOW + 5003)
+    assert sorted(again) == ["orders/a", "orders/b"], f"a retried mark lost its jobs: {again}"
+    assert all(job.sending == "send-1" for job in again.values()), again
+    other = await store.outcomes.start_sending(refs, "send-2", NOW + 5004)
+    assert other == {}, f"another token must still find the callbacks started: {other}"
+
+
+async def dead_job(store: Store, job_id: str) -> None:
+    await create(store, new(job_id))
+    [c] = await claim_second(store, second_of(NOW + 5000))
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    gone = Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))
+    await store.outcomes.record_outcomes([gone], NOW + 5000)
+
+
+async def test_a_replay_retried_before_its_first_attempt_ends_answers_the_job(
+    store: Store,
+) -> None:
+    await dead_job(store, "a")
+    replayed = await store.jobs.replay_job("orders", "a", NOW + 10_000)
+    assert replayed.state == JobState.PENDING and replayed.budget_base == 1, replayed
+    # The reply was lost; the client asks again.
+    again = await store.jobs.replay_job("orders", "a", NOW + 10_500)
+    assert again == replayed, f"a retried replay changed the job:\n{again}\n!=\n{replayed}"
+    s = second_of(NOW + 10_000)
+    [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c2", 1, NOW + 10_000)
+    claimed = await store.jobs.replay_job("orders", "a", NOW + 10_900)
+    assert claimed.state == JobState.DISPATCHED and claimed.claim == c.claim, claimed
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    failed = Outcome(ref, OutcomeKind.RETRY, attempt(2, at=NOW + 11_000, status=503), NOW + 70_000)
+    await store.outcomes.record_outcomes([failed], NOW + 11_000)
+    with pytest.raises(Conflict):  # an attempt since: the replay is long done
+        await store.jobs.replay_job("orders", "a", NOW + 12_000)
+
+
+async def test_a_job_that_was_never_dead_is_not_replayed(store: Store) -> None:
+    await create(store, new("a"))
+    with pytest.raises(Conflict):
+        await store.jobs.replay_job("orders", "a", NOW + 1000)

@@ -19,6 +19,8 @@ from tests.support import VENV_BIN, SecantusServer, free_port, unique_name, wait
 
 pytestmark = pytest.mark.integration
 
+JSON_TYPE = {"content-type": "application/json"}
+
 
 class ApiProcess:
     def __init__(self, mongo_url: str, **env: str) -> None:
@@ -116,7 +118,8 @@ async def test_every_endpoint_over_mongo(api_process: ApiProcess) -> None:
         assert check(await c.post("/v1/jobs", json=body), 200) == job
         check(await c.post("/v1/jobs", json={**body, "payload": 2}), 409)
         check(await c.post("/v1/jobs", json={"biz_type": "nope", "delay_ms": 1}), 422)
-        check(await c.post("/v1/jobs", content=b"{nope"), 400)
+        check(await c.post("/v1/jobs", content=b"{nope", headers=JSON_TYPE), 400)
+        check(await c.post("/v1/jobs", content=b"{}", headers={"content-type": "text/plain"}), 415)
         assert check(await c.get("/v1/jobs/orders/o-1"), 200) == job
 
         results = check(

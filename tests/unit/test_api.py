@@ -463,10 +463,6 @@ async def test_create_rejects_bad_input(api: Api, body: Any, loc: list[Any]) -> 
     assert api.created_total("orders") == 0.0
 
 
-async def test_unknown_fields_are_ignored(api: Api) -> None:
-    expect(await api.create(biz_type="orders", job_id="u", delay_ms=1, colour="blue"), 201)
-
-
 # -- read, cancel, reschedule, replay ----------------------------------------------
 
 
@@ -583,7 +579,9 @@ async def test_replay_dead_job(api: Api) -> None:
     assert job["state"] == "pending" and job["next_attempt_at"] == NOW + 60_000, job
     assert job["attempts"] == 1 and len(job["history"]) == 1, job
     assert api.written == [[(NOW + 60_000) // 1000]]
-    expect(await api.request("POST", "/v1/jobs/orders/a/replay"), 409)
+    api.clock.advance(500)  # a retry of a replay whose answer was lost: the same job
+    again = expect(await api.request("POST", "/v1/jobs/orders/a/replay"), 200)
+    assert again == job, f"a retried replay changed the job:\n{again}\n!=\n{job}"
     expect(await api.request("POST", "/v1/jobs/orders/none/replay"), 404)
 
 

@@ -175,7 +175,7 @@ async def test_rotate_rejects_a_bad_body(api: Api, body: Any, loc: list[Any]) ->
 async def test_rotate_an_unknown_biz_type_is_404_and_not_json_is_400(api: Api) -> None:
     expect(await rotate(api, "nope"), 404)
     url = "/v1/biz-types/orders/secret:rotate"
-    expect(await api.request("POST", url, content=b"{not json"), 400)
+    expect(await api.request("POST", url, content=b"{not json", headers=JSON), 400)
 
 
 # -- a PUT during a rotation ------------------------------------------------------------------

@@ -12,6 +12,8 @@ from tests.unit import test_api as base
 from tests.unit.test_api import NOW, Api, expect, locs
 from timer_service.store.memory import MemoryStore
 
+JSON = {"content-type": "application/json"}
+
 api = base.api  # fixtures shared with test_api
 make_api = base.make_api
 
@@ -126,15 +128,18 @@ async def test_body_that_is_not_json_is_400(api: Api, raw: bytes, where: str) ->
     assert await api.snapshot() == before
 
 
-async def test_body_without_content_type_is_still_read_as_json(api: Api) -> None:
+async def test_body_with_charset_or_a_json_suffix_is_read_as_json(api: Api) -> None:
     body = json.dumps({"biz_type": "orders", "job_id": "ct", "delay_ms": 1}).encode()
-    expect(await api.request("POST", "/v1/jobs", content=body), 201)
+    headers = {"content-type": "application/json; charset=UTF-8"}
+    expect(await api.request("POST", "/v1/jobs", content=body, headers=headers), 201)
+    headers = {"content-type": "application/merge-patch+json"}
+    expect(await api.request("POST", "/v1/jobs", content=body, headers=headers), 200)
 
 
 async def test_huge_number_in_payload_is_422(api: Api) -> None:
     raw = b'{"biz_type": "orders", "job_id": "n", "delay_ms": 1, "payload": 1e400}'
     before = await api.snapshot()
-    problem = expect(await api.request("POST", "/v1/jobs", content=raw), 422)
+    problem = expect(await api.request("POST", "/v1/jobs", content=raw, headers=JSON), 422)
     assert ["body", "payload"] in locs(problem)
     assert await api.snapshot() == before
 
@@ -228,7 +233,7 @@ async def test_body_over_limit_is_413_from_content_length(make_api: Callable[...
     expect(await api.put_biz(), 201)
     before = await api.snapshot()
     body = json.dumps({"biz_type": "orders", "delay_ms": 1, "payload": "x" * 3000}).encode()
-    expect(await api.request("POST", "/v1/jobs", content=body), 413)
+    expect(await api.request("POST", "/v1/jobs", content=body, headers=JSON), 413)
     assert await api.snapshot() == before
 
 
@@ -242,9 +247,8 @@ async def test_content_length_alone_is_enough_to_refuse(make_api: Callable[..., 
         yield b"{}"
 
     # A lying Content-Length: the app must answer before reading anything.
-    response = await api.request(
-        "POST", "/v1/jobs", content=never_sent(), headers={"content-length": "999999999"}
-    )
+    headers = {**JSON, "content-length": "999999999"}
+    response = await api.request("POST", "/v1/jobs", content=never_sent(), headers=headers)
     expect(response, 413)
 
 
@@ -262,7 +266,7 @@ async def test_chunked_body_over_limit_is_413(make_api: Callable[..., Any]) -> N
             yield b"x" * 1000
         yield b'"}'
 
-    response = await api.request("POST", "/v1/jobs", content=chunks())
+    response = await api.request("POST", "/v1/jobs", content=chunks(), headers=JSON)
     assert "content-length" not in response.request.headers
     expect(response, 413)
     assert await api.snapshot() == before
@@ -276,4 +280,4 @@ async def test_chunked_body_under_limit_is_accepted(make_api: Callable[..., Any]
         yield b'{"biz_type": "orders", '
         yield b'"job_id": "c", "delay_ms": 1}'
 
-    expect(await api.request("POST", "/v1/jobs", content=chunks()), 201)
+    expect(await api.request("POST", "/v1/jobs", content=chunks(), headers=JSON), 201)

@@ -141,7 +141,8 @@ async def test_bad_specs_are_422_naming_the_field(
 
 
 async def test_bad_requests(api: Api) -> None:
-    expect(await api.client.put(URL, content=b"{nope"), 400)
+    json_type = {"content-type": "application/json"}
+    expect(await api.client.put(URL, content=b"{nope", headers=json_type), 400)
     expect(await api.put({"intervals_ms": [1000], "payload": "x" * 200}), 413)
     problem = expect(await api.put(EVERY_MINUTE, "/v1/schedules/unknown/daily"), 422)
     assert ["path", "biz_type"] in locs(problem), problem

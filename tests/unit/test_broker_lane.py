@@ -1,4 +1,4 @@
-"""A lane driven by a FakeClock: held until the moment, checked just before, limits obeyed."""
+"""A lane driven by a FakeClock: held until the moment, marked just before, limits obeyed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from broker.callback import CallbackRequest, Response
 from broker.lane import CHECK_AHEAD_MS, CHECK_GIVE_UP_AFTER_S, Lane
 from broker.outcomes import OutcomeWriter
 from timer_service.clock import FakeClock
-from timer_service.dispatch import Claimed
+from timer_service.dispatch import Claimed, SendRef
+from timer_service.errors import CallbackInFlight
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, second_of
@@ -91,12 +92,12 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
 
     delay = lane._step()
     assert delay == pytest.approx((1000 - CHECK_AHEAD_MS) / 1000), f"got {delay}"
-    assert store.ops["fetch_for_send"] == 0, "checked too early"
+    assert store.ops["start_sending"] == 0, "checked too early"
 
     fake_clock.advance(1000 - CHECK_AHEAD_MS)
     lane._step()
     await settle()
-    assert store.ops["fetch_for_send"] == 1, "expected one batched check at due - ahead"
+    assert store.ops["start_sending"] == 1, "expected one batched check at due - ahead"
     delay = lane._step()
     assert delay == pytest.approx(CHECK_AHEAD_MS / 1000), f"got {delay}"
 
@@ -125,7 +126,7 @@ async def test_the_running_lane_waits_on_its_clock(parts: Any, fake_clock: FakeC
     lane.offer(FakeDelivery(job))
     assert await fake_clock.run_until(lambda: bool(sender.sent), 5000), "never sent"
     assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
-    assert store.ops["fetch_for_send"] == 1
+    assert store.ops["start_sending"] == 1
     await lane.close()
 
 
@@ -138,7 +139,7 @@ async def test_a_check_failing_past_its_bound_hands_the_messages_back(
         raise ConnectionError("store away")
 
     jobs = await claimed_jobs(store, fake_clock, 2, fake_clock.now_ms())
-    store.outcomes.fetch_for_send = down
+    store.outcomes.start_sending = down
     lane = make_lane(parts, fake_clock)
     lane.start()
     deliveries = [FakeDelivery(job) for job in jobs]
@@ -151,7 +152,7 @@ async def test_a_check_failing_past_its_bound_hands_the_messages_back(
     assert [d.fates for d in deliveries] == [["requeue"], ["requeue"]]
     assert sender.sent == [] and not lane.holding
     errors = metrics.registry.get_sample_value(
-        "timer_store_errors_total", {"operation": "fetch_for_send"}
+        "timer_store_errors_total", {"operation": "start_sending"}
     )
     assert errors and errors > 3, f"expected the retries counted, got {errors}"
     await lane.close()
@@ -170,7 +171,7 @@ async def test_checks_are_batched(parts: Any, fake_clock: FakeClock) -> None:
     lane._step()
     await settle()
     assert len(sender.sent) == 100, f"expected 100 sends, got {len(sender.sent)}"
-    assert store.ops["fetch_for_send"] == 1, f"expected 1 check, got {store.ops['fetch_for_send']}"
+    assert store.ops["start_sending"] == 1, f"expected 1 check, got {store.ops['start_sending']}"
     await lane.close()
 
 
@@ -216,4 +217,121 @@ async def test_in_flight_cap_and_pause(parts: Any, fake_clock: FakeClock) -> Non
         lane._step()
         await settle()
     assert len(sender.sent) == 5
+    await lane.close()
+
+
+# -- truthful cancel: the send is marked in the store before it goes out -----------------
+
+
+async def test_a_cancel_before_the_mark_wins_and_nothing_is_sent(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms() + 1000
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    lane = make_lane(parts, fake_clock)
+    delivery = FakeDelivery(job)
+    lane.offer(delivery)
+    lane._step()
+    cancelled = await store.jobs.cancel_job("orders", "j0", fake_clock.now_ms())
+    assert cancelled.state is JobState.CANCELLED
+    fake_clock.advance(1000)
+    for _ in range(3):
+        lane._step()
+        await settle()
+    assert sender.sent == [], "a job cancelled with 200 was called back"
+    assert delivery.fates == ["ack"], f"expected the message acked unsent, got {delivery.fates}"
+    assert not lane.holding
+    await lane.close()
+
+
+async def test_a_cancel_after_the_mark_answers_in_flight_and_the_callback_goes_out(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms() + 1000
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    lane = make_lane(parts, fake_clock)
+    delivery = FakeDelivery(job)
+    lane.offer(delivery)
+    lane._step()
+    fake_clock.advance(1000 - CHECK_AHEAD_MS)
+    lane._step()  # marks the send, CHECK_AHEAD_MS before the moment
+    await settle()
+    assert store.ops["start_sending"] == 1
+    with pytest.raises(CallbackInFlight):
+        await store.jobs.cancel_job("orders", "j0", fake_clock.now_ms())
+    fake_clock.advance(CHECK_AHEAD_MS)
+    lane._step()
+    await settle()
+    assert [at for at, _ in sender.sent] == [due], f"expected the marked send at {due}"
+    await fake_clock.run_for(10)
+    done = await store.jobs.get_job("orders", "j0")
+    assert done.state is JobState.DELIVERED, f"got {done.state}"
+    await lane.close()
+
+
+async def test_a_mark_retried_after_a_lost_reply_still_sends_once(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms()
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    real = store.outcomes.start_sending
+    calls = 0
+
+    async def reply_lost_once(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        result = await real(*args)
+        if calls == 1:
+            raise ConnectionError("reply lost")
+        return result
+
+    store.outcomes.start_sending = reply_lost_once
+    lane = make_lane(parts, fake_clock)
+    lane.start()
+    delivery = FakeDelivery(job)
+    lane.offer(delivery)
+    assert await fake_clock.run_until(lambda: bool(sender.sent), 5000), "never sent"
+    await fake_clock.run_for(100)
+    assert calls == 2 and len(sender.sent) == 1, f"{calls} marks, {len(sender.sent)} sends"
+    assert delivery.fates == ["ack"]
+    await lane.close()
+
+
+async def test_a_redelivered_message_takes_over_a_send_its_dead_holder_marked(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms()
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim)
+    assert await store.outcomes.start_sending([ref], "dead-broker", due)  # then it died
+    lane = make_lane(parts, fake_clock)
+    lane.start()
+    redelivered = FakeDelivery(job)
+    redelivered.redelivered = True
+    lane.offer(redelivered)
+    assert await fake_clock.run_until(lambda: bool(sender.sent), 5000), "the job was never sent"
+    await fake_clock.run_for(100)
+    done = await store.jobs.get_job("orders", "j0")
+    assert done.state is JobState.DELIVERED
+    await lane.close()
+
+
+async def test_a_plain_duplicate_of_a_marked_send_is_dropped(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms()
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim)
+    assert await store.outcomes.start_sending([ref], "other-broker", due)  # alive, sending
+    lane = make_lane(parts, fake_clock)
+    lane.start()
+    duplicate = FakeDelivery(job)
+    lane.offer(duplicate)
+    assert await fake_clock.run_until(lambda: bool(duplicate.fates), 5000)
+    assert duplicate.fates == ["ack"] and sender.sent == [], "a duplicate was called back"
     await lane.close()

@@ -54,7 +54,9 @@ async def test_jobs_are_published_claim_ahead_before_due_and_never_more_than_2s(
         )
         assert ahead <= 2000
         job = await store.jobs.get_job(BIZ, job_id)
-        assert job is not None and job.state == JobState.DISPATCHED and job.published, job
+        assert job is not None and job.state == JobState.DISPATCHED, job
+    unconfirmed = await store.dispatch.find_unpublished(clock.now_ms() + 1, 1000)
+    assert unconfirmed == [], f"every claim's round should be closed, got {unconfirmed}"
 
 
 async def test_claims_are_batched_per_second(store: MemoryStore, clock: FakeClock) -> None:
@@ -249,9 +251,11 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     await create(store, start, ("gone-msg", start), biz="free2")
     # A previous daemon claimed all three; it published two, then died.
     s = second_of(start)
+    await store.dispatch.open_round("dead-1", 1, start)
     await store.dispatch.claim_due(s, start, "dead-1", 1, start)
-    await store.dispatch.mark_published(s, "dead-1", 1)
+    await store.dispatch.close_rounds(["dead-1"])
     await store.jobs.create_jobs([NewJob("free", "lost2", start, "null")], start)
+    await store.dispatch.open_round("dead-2", 1, start)
     await store.dispatch.claim_due(s, start, "dead-2", 1, start)  # never published
 
     clock.advance(61_000)
@@ -265,7 +269,8 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
         f"got {republished}"
     )
     job = await store.jobs.get_job("free", "lost2")
-    assert job is not None and job.published and job.claim != "dead-2", job
+    assert job is not None and job.claim != "dead-2", job
+    assert await store.dispatch.find_unpublished(clock.now_ms() + 1, 100) == []
     queued = await store.jobs.get_job("held", "queued")
     assert queued is not None and queued.claim == "dead-1", "a held biz type's job is left alone"
 
@@ -279,9 +284,11 @@ async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
     await store.jobs.create_jobs(
         [NewJob("held", f"q{i}", start, "null") for i in range(2500)], start
     )
+    await store.dispatch.open_round("dead-1", 1, start)
     await store.dispatch.claim_due(s, start, "dead-1", 1, start)
-    await store.dispatch.mark_published(s, "dead-1", 1)
+    await store.dispatch.close_rounds(["dead-1"])
     await create(store, start + 1, ("lost", start + 1), biz="free")
+    await store.dispatch.open_round("dead-2", 1, start + 1)
     await store.dispatch.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
 
     clock.advance(61_000)
@@ -303,10 +310,12 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     # The old leader (fence 1) claimed both, saw one confirmed, and died.
     old_fence = await store.leases.acquire_lease(LEASE_NAME, "old-leader", 300, start)
     assert old_fence == 1
+    await store.dispatch.open_round("old-1", 1, start)
     await store.dispatch.claim_due(s, start + 1000, "old-1", 1, start)
     await store.jobs.create_jobs([NewJob(BIZ, "late", start + 950, "null")], start)
+    await store.dispatch.open_round("old-2", 1, start)
     await store.dispatch.claim_due(s, start + 1000, "old-2", 1, start)
-    await store.dispatch.mark_published(s, "old-1", 1)
+    await store.dispatch.close_rounds(["old-1"])
 
     clock.advance(500)  # far less than reconcile_after (60 s)
     h = Harness(store, clock)
@@ -317,7 +326,8 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
         f"expected only the never-confirmed job to go out at takeover, got {republished}"
     )
     job = await store.jobs.get_job(BIZ, "late")
-    assert job is not None and job.claim != "old-2" and job.published
+    assert job is not None and job.claim != "old-2"
+    assert await store.dispatch.find_unpublished(clock.now_ms() + 1, 100) == []
 
 
 async def test_reconciler_is_quiet_when_nothing_was_claimed(

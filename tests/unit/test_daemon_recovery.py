@@ -1,5 +1,6 @@
 """The daemon under store failures: what a failed call leaves behind is picked up,
-never lost, and the scan pointer keeps moving."""
+never lost (a claim or reclaim whose reply was lost included), and the scan pointer
+keeps moving."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import pytest
 
 from tests.unit.daemon_harness import BIZ, Harness, create, run_until
 from timer_service.clock import FakeClock
+from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.errors import StoreUnavailable
-from timer_service.model import JobState, second_of
+from timer_service.model import Attempt, JobState, second_of
+from timer_service.store.faulty import FaultyStore
 from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import RecordingStore
 
 
 @pytest.fixture
@@ -77,3 +81,77 @@ async def test_a_pending_job_without_an_index_entry_is_found_and_sent(
     job = await store.jobs.get_job(BIZ, "lost")
     assert job is not None and job.state == JobState.DISPATCHED
     assert h.daemon.metrics.registry.get_sample_value("timer_seconds_restored_total") == 1
+
+
+# -- the reconciler finds what a lost reply left dispatched, however idle the daemon -----
+
+RECONCILE_AFTER_MS = 60_000
+
+
+async def test_a_claim_whose_reply_was_lost_is_republished_by_an_idle_daemon(
+    clock: FakeClock,
+) -> None:
+    store = FaultyStore(MemoryStore(buckets=60))
+    h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)  # type: ignore[arg-type]
+    start = clock.now_ms()
+    due = start + 300_000  # long after the takeover's own sweeps have stopped
+    await create(store, start, ("lonely", due))  # type: ignore[arg-type]
+    store.fail("claim_due", when="after")  # the claim applies; the daemon sees an error
+    await run_until(due - 500, h, through_faults=True)
+    assert store.injected_count("claim_due", "after") == 1, "the fault was not injected"
+    job = await store.jobs.get_job(BIZ, "lonely")
+    assert job is not None and job.state == JobState.DISPATCHED, job
+    assert h.queue.times("lonely") == [], "nobody knew of the claim, yet it was published"
+    await run_until(due + 2 * RECONCILE_AFTER_MS, h, through_faults=True)
+    times = h.queue.times("lonely")
+    assert times, "the lost claim stayed dispatched and unpublished"
+    late_ms = times[0] - due
+    assert late_ms <= RECONCILE_AFTER_MS * 3 // 2, f"expected within 1.5 timeouts, got {late_ms}"
+
+
+async def test_a_reclaim_whose_reply_was_lost_is_republished_too(clock: FakeClock) -> None:
+    store = FaultyStore(MemoryStore(buckets=60))
+    h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)  # type: ignore[arg-type]
+    start = clock.now_ms()
+    due = start + 300_000
+    await create(store, start, ("lonely", due))  # type: ignore[arg-type]
+    store.fail("claim_due", when="after")
+    store.fail("reclaim", when="after")  # the reconciler's repair is lost the same way
+    await run_until(due + 4 * RECONCILE_AFTER_MS, h, through_faults=True)
+    assert store.injected_count("reclaim", "after") == 1, "the fault was not injected"
+    assert h.queue.times("lonely"), "the lost reclaim stayed dispatched and unpublished"
+
+
+async def test_sweeps_that_fail_are_owed_until_one_succeeds(clock: FakeClock) -> None:
+    store = FaultyStore(MemoryStore(buckets=60))
+    h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)  # type: ignore[arg-type]
+    start = clock.now_ms()
+    due = start + 300_000
+    await create(store, start, ("lonely", due))  # type: ignore[arg-type]
+    store.fail("claim_due", when="after")
+    await run_until(due, h, through_faults=True)
+    # The store fails every sweep for as long as the sweeps' window lasts.
+    store.fail("find_stale_dispatched", times=None)
+    await run_until(due + 3 * RECONCILE_AFTER_MS, h, through_faults=True)
+    assert store.injected_count("find_stale_dispatched") > 0, "the fault was not injected"
+    store.heal()
+    await run_until(due + 5 * RECONCILE_AFTER_MS, h, through_faults=True)
+    assert h.queue.times("lonely"), "a sweep owed across a store outage was never made"
+
+
+async def test_an_idle_daemon_stops_sweeping_once_claims_stop(clock: FakeClock) -> None:
+    store = RecordingStore(MemoryStore(buckets=60))
+    h = Harness(store, clock, reconcile_after_ms=4000)  # type: ignore[arg-type]
+    start = clock.now_ms()
+    await create(store, start, ("a", start + 10_000))  # type: ignore[arg-type]
+    await run_until(start + 12_000, h)
+    [sent] = [job for _, job in h.queue.at]
+    ref = SendRef(sent.biz_type, sent.job_id, sent.second, sent.claim)
+    done = Attempt(1, start + 10_000, 200, None, 3)
+    await store.outcomes.record_outcomes([Outcome(ref, OutcomeKind.DELIVERED, done)], start)
+    await run_until(start + 60_000, h)
+    before = store.ops["find_stale_dispatched"]
+    await run_until(start + 600_000, h, max_step_ms=60_000)
+    assert store.ops["find_stale_dispatched"] == before, (
+        f"expected no sweeps while idle, got {store.ops['find_stale_dispatched'] - before}"
+    )

@@ -130,7 +130,7 @@ def test_every_async_method_of_every_port_can_fail() -> None:
     assert {"create_jobs", "claim_due", "reclaim", "acquire_lease", "save_pointer"} <= set(
         FAULTABLE
     )
-    assert {"fetch_for_send", "record_outcomes", "put_biz_type"} <= set(FAULTABLE)
+    assert {"start_sending", "record_outcomes", "put_biz_type"} <= set(FAULTABLE)
     assert "watch_seconds" not in FAULTABLE, "a change stream is not one call"
     assert FAULTABLE["claim_due"] == "dispatch" and FAULTABLE["record_outcomes"] == "outcomes"
 

@@ -97,8 +97,15 @@ def test_replay_gives_a_fresh_budget() -> None:
     replayed = applied(dead, machine.replay(dead, T0 + 100))
     assert replayed.state == JobState.PENDING and replayed.next_attempt_at == T0 + 100
     assert replayed.budget_base == 1 and replayed.attempts == 1
+    assert machine.replay(replayed, T0 + 200) is None, "a retried replay is no change"
+    claimed = applied(replayed, machine.claim("c2", 1, T0 + 300))
+    assert machine.replay(claimed, T0 + 400) is None, "its first attempt has not ended"
+    retried = outcome(claimed, OutcomeKind.RETRY, T0 + 500, next_at=T0 + 60_000)
+    pending_again = applied(claimed, machine.outcome(retried, T0 + 500))
     with pytest.raises(Conflict, match="only a dead job"):
-        machine.replay(replayed, T0)
+        machine.replay(pending_again, T0 + 600)
+    with pytest.raises(Conflict, match="only a dead job"):
+        machine.replay(fresh(), T0)
 
 
 def test_reschedule_only_while_pending() -> None:
@@ -142,6 +149,7 @@ class JobLife(RuleBasedStateMachine):
         self.job = fresh()
         self.fence = 1
         self.claims = 0
+        self.sends = 0
         self.old_claims: list[str] = []
         self.was: JobState = self.job.state
 
@@ -172,10 +180,13 @@ class JobLife(RuleBasedStateMachine):
 
     @rule()
     def replay(self) -> None:
+        before = self.job
         try:
             self._apply(machine.replay(self.job, self.now))
         except Conflict:
             assert self.job.state != JobState.DEAD
+        if machine.replayed(before):
+            assert self.job == before, "a retried replay changed the job"
 
     @rule(ahead=st.integers(0, 2000))
     def claim(self, ahead: int) -> None:
@@ -197,14 +208,19 @@ class JobLife(RuleBasedStateMachine):
             self.old_claims.append(self.job.claim)
             self._apply(machine.reclaim(self.job.claim, f"c{self.claims}", self.fence, self.now))
 
-    @rule(stale=st.booleans())
-    def start_sending(self, stale: bool) -> None:
+    @rule(stale=st.booleans(), retry=st.booleans())
+    def start_sending(self, stale: bool, retry: bool) -> None:
         claim = self.old_claims[-1] if stale and self.old_claims else self.job.claim
         if claim is None:
             return
         before = self.job
-        self._apply(machine.start_sending(claim, f"s{self.claims}", self.now))
-        if claim != before.claim or before.sending is not None:
+        self.sends += 1
+        # A retry (after a lost reply) repeats the token of the mark that went through.
+        token = before.sending if retry and before.sending else f"s{self.sends}"
+        self._apply(machine.start_sending(claim, token, self.now))
+        if claim == before.claim and before.sending == token:
+            assert self.job.sending == token and self.job.claim == claim, "a retry lost its mark"
+        elif claim != before.claim or before.sending is not None:
             assert self.job == before, "a stale or second start changed the job"
         try:
             machine.cancel(self.job, self.now)

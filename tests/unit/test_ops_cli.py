@@ -164,14 +164,14 @@ def test_an_api_error_prints_the_problem_on_stderr_and_exits_1(
     )
 
 
-def test_an_unreachable_service_exits_1(
+def test_an_unreachable_service_exits_4(
     server: FakeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server.on("GET", "/v1/jobs/orders/order-42", httpx.ConnectError("refused"))
 
     code, out, err = run(capsys, "jobs", "get", "orders", "order-42")
 
-    assert (code, out) == (1, "")
+    assert (code, out) == (4, "")
     assert "refused" in json.loads(err)["detail"]
 
 

@@ -6,14 +6,15 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from timer_service.api.auth import BearerAuthMiddleware
+from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import install_openapi
+from timer_service.api.docs import install_openapi, operation_id
+from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
 from timer_service.api.observe import ObserveMiddleware
 from timer_service.api.problems import (
@@ -27,6 +28,7 @@ from timer_service.api.problems import (
 from timer_service.api.routes_biz import build_biz_router
 from timer_service.api.routes_health import build_health_router
 from timer_service.api.routes_jobs import build_jobs_router
+from timer_service.api.routes_problems import build_problems_router
 from timer_service.api.routes_schedules import build_schedules_router
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
@@ -40,14 +42,23 @@ from timer_service.wiring import scheduler as default_scheduler
 DESCRIPTION = """\
 Persisted delayed HTTP callbacks: register a biz type (its callback URL, rate
 limit and retry policy), then create jobs that are POSTed to it when due.
-Every error is an RFC 9457 problem document (`application/problem+json`).
+Every error is an RFC 9457 problem document (`application/problem+json`) whose `type`
+(`/problems/{kind}`, described at that path) names the kind of failure.
+
+Request bodies are JSON only (`Content-Type: application/json`, else 415) and validated
+strictly: unknown fields, numbers with a fraction for integers, and integer times before
+2001 in ms (seconds given for ms) are 422s naming the field. With a token configured,
+every `/v1` path needs `Authorization: Bearer <token>` (the `bearerAuth` scheme).
 """
 
 TAGS = [
     {"name": "biz types", "description": "Each business's callback, limits and retry policy."},
     {"name": "jobs", "description": "Timers: create, read, list, cancel, reschedule, replay."},
     {"name": "schedules", "description": "Recurring schedules; each occurrence is a job."},
-    {"name": "health", "description": "Liveness, readiness and Prometheus metrics (no auth)."},
+    {
+        "name": "health",
+        "description": "Liveness, readiness, Prometheus metrics and problem types (no auth).",
+    },
 ]
 
 
@@ -80,16 +91,21 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
         **_FASTAPI_TELEMETRY,
     )
+    tokens = Tokens(settings.named_tokens())
     routers = [
         build_biz_router(ctx),
         build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
         build_health_router(ctx),
+        build_problems_router(),
     ]
+    authenticated = [Security(actor_dependency(tokens))]
     for router in routers:
-        app.include_router(router)
+        protected = router.prefix.startswith("/v1")
+        app.include_router(router, dependencies=authenticated if protected else None)
     api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
     ]
@@ -102,10 +118,14 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_request_validation)
 
-    # Added innermost first: observe -> errors -> auth -> body limit -> the routes.
+    # Added innermost first: observe -> errors -> host -> auth -> JSON only -> body limit ->
+    # the routes. Every refusal before the routes is decided on the request head, the body unread.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    if settings.api_token:
-        app.add_middleware(BearerAuthMiddleware, token=settings.api_token)
+    app.add_middleware(JsonBodiesOnlyMiddleware)
+    app.add_middleware(BearerAuthMiddleware, tokens=tokens)
+    allowed_hosts = settings.allowed_host_list()
+    if allowed_hosts is not None:
+        app.add_middleware(AllowedHostsMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(
         ObserveMiddleware, metrics=metrics, clock=clock, tracing=tracing, routes=api_routes

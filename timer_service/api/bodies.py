@@ -38,10 +38,16 @@ async def read_json(request: Request) -> Any:
     return parse_json(await request.body())
 
 
+UNKNOWN_FIELD = "is not a field of this body (misspelt?); unknown fields are refused"
+
+
 def pydantic_errors(exc: ValidationError, prefix: Loc) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors(include_url=False, include_context=False, include_input=False):
-        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = UNKNOWN_FIELD
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
         errors.append({"loc": [*prefix, *err["loc"]], "msg": msg})
     return errors
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
@@ -16,6 +17,7 @@ from timer_service.api.schemas import (
     JobCreateIn,
     JobPatchIn,
     ProblemOut,
+    ScheduleIn,
     SecretRotateIn,
 )
 
@@ -25,6 +27,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobCreateIn,
     JobBatchIn,
     JobPatchIn,
+    ScheduleIn,
 )
 
 _DESCRIPTIONS = {
@@ -32,7 +35,9 @@ _DESCRIPTIONS = {
     401: "Missing or wrong bearer token",
     404: "Not found",
     409: "Conflicts with the resource's state",
+    412: "If-Match names a version that is not the current one",
     413: "Body or payload too large",
+    415: "The body is not JSON (Content-Type application/json)",
     422: "A body, path or query parameter breaks a rule",
     500: "Unexpected error",
     503: "Not ready",
@@ -60,6 +65,13 @@ def json_body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
             },
         }
     }
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id: its handler's name in camelCase (`put_biz_type` -> `putBizType`),
+    what generated clients name their methods."""
+    first, *rest = route.name.split("_")
+    return first + "".join(word[:1].upper() + word[1:] for word in rest)
 
 
 def install_openapi(app: FastAPI) -> None:

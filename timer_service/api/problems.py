@@ -34,6 +34,7 @@ TITLES = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
+    412: "Precondition Failed",
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
@@ -45,19 +46,74 @@ TITLES = {
 Loc = Sequence[str | int]
 
 
-# Problem types this API names (RFC 9457 "type"), relative to the API's root.
-CALLBACK_IN_FLIGHT = "/problems/callback-in-flight"
+# Problem types (RFC 9457 "type"): URI references relative to the API's root, so each
+# resolves to the API that sent it, where `GET /problems/{kind}` describes it. One per
+# kind of failure; a client branches on `type`, never on `detail`.
+PROBLEMS_PATH = "/problems/"
+BAD_REQUEST = PROBLEMS_PATH + "malformed-request"
+UNAUTHORIZED = PROBLEMS_PATH + "unauthorized"
+NOT_FOUND = PROBLEMS_PATH + "not-found"
+METHOD_NOT_ALLOWED = PROBLEMS_PATH + "method-not-allowed"
+CONFLICT = PROBLEMS_PATH + "conflict"
+CALLBACK_IN_FLIGHT = PROBLEMS_PATH + "callback-in-flight"
+PRECONDITION_FAILED = PROBLEMS_PATH + "precondition-failed"
+TOO_LARGE = PROBLEMS_PATH + "too-large"
+UNSUPPORTED_MEDIA_TYPE = PROBLEMS_PATH + "unsupported-media-type"
+VALIDATION = PROBLEMS_PATH + "validation"
+HEADERS_TOO_LARGE = PROBLEMS_PATH + "headers-too-large"
+UNKNOWN_HOST = PROBLEMS_PATH + "unknown-host"
+INTERNAL = PROBLEMS_PATH + "internal"
+UNAVAILABLE = PROBLEMS_PATH + "unavailable"
+
+TYPE_BY_STATUS = {
+    400: BAD_REQUEST,
+    401: UNAUTHORIZED,
+    404: NOT_FOUND,
+    405: METHOD_NOT_ALLOWED,
+    409: CONFLICT,
+    412: PRECONDITION_FAILED,
+    413: TOO_LARGE,
+    415: UNSUPPORTED_MEDIA_TYPE,
+    422: VALIDATION,
+    431: HEADERS_TOO_LARGE,
+    500: INTERNAL,
+    503: UNAVAILABLE,
+}
+
+# What each type means, served at GET /problems/{kind}.
+PROBLEM_DESCRIPTIONS = {
+    BAD_REQUEST: "The body is not valid JSON, or not UTF-8.",
+    UNAUTHORIZED: "The request needs 'Authorization: Bearer <token>' with a valid token.",
+    NOT_FOUND: "No such biz type, job, schedule or route.",
+    METHOD_NOT_ALLOWED: "The path exists, not with this method; `Allow` lists the methods.",
+    CONFLICT: "The resource's state does not allow this, or the identity exists with"
+    " different data.",
+    CALLBACK_IN_FLIGHT: "The job's callback has started: it cannot be cancelled now. Should"
+    " that attempt fail and a retry be scheduled, the job can be cancelled again.",
+    PRECONDITION_FAILED: "`If-Match` names a version (ETag) that is not the current one.",
+    TOO_LARGE: "The body is over TIMER_MAX_BODY_BYTES, or the payload over"
+    " TIMER_MAX_PAYLOAD_BYTES.",
+    UNSUPPORTED_MEDIA_TYPE: "A body must be JSON: Content-Type application/json (or"
+    " application/*+json), UTF-8.",
+    VALIDATION: "A well-formed body, path or query parameter breaks a rule; `errors` lists"
+    " each with its `loc`.",
+    HEADERS_TOO_LARGE: "More than 100 header fields or 16 KiB of headers.",
+    UNKNOWN_HOST: "The Host header is not one this API answers to (TIMER_ALLOWED_HOSTS).",
+    INTERNAL: "An unexpected error; it is logged.",
+    UNAVAILABLE: "The job store (or a dependency) is not answering; retry after"
+    " `Retry-After` seconds.",
+}
 
 
 def problem_body(
     status: int,
     detail: str,
     errors: Iterable[Mapping[str, Any]] | None = None,
-    type_: str = "about:blank",
+    type_: str | None = None,
 ) -> dict[str, Any]:
     title = TITLES.get(status, "Error")
     body: dict[str, Any] = {
-        "type": type_,
+        "type": type_ or TYPE_BY_STATUS.get(status, "about:blank"),
         "title": title,
         "status": status,
         "detail": detail,
@@ -72,7 +128,7 @@ def problem_response(
     detail: str,
     errors: Iterable[Mapping[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
-    type_: str = "about:blank",
+    type_: str | None = None,
 ) -> Response:
     body = problem_body(status, detail, errors, type_)
     content = json.dumps(body, ensure_ascii=False).encode()
@@ -92,22 +148,24 @@ class Problem(Exception):
         detail: str,
         errors: Sequence[Mapping[str, Any]] | None = None,
         headers: Mapping[str, str] | None = None,
+        type_: str | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.errors = errors
         self.headers = headers
+        self.type_ = type_
 
     @classmethod
     def invalid(cls, loc: Loc, msg: str) -> Problem:
         return cls(422, msg, [field_error(loc, msg)])
 
     def body(self) -> dict[str, Any]:
-        return problem_body(self.status, self.detail, self.errors)
+        return problem_body(self.status, self.detail, self.errors, self.type_)
 
     def response(self) -> Response:
-        return problem_response(self.status, self.detail, self.errors, self.headers)
+        return problem_response(self.status, self.detail, self.errors, self.headers, self.type_)
 
 
 def validation_errors(raw: Iterable[Mapping[str, Any]], prefix: Loc = ()) -> list[dict[str, Any]]:

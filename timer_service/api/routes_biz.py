@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -25,6 +27,37 @@ from timer_service.signing import generate_secret
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 
 
+def etag(biz: BizType) -> str:
+    """The stored version's entity tag: a digest of what the API shows of it (never the
+    secret), `updated_at` included, so every PUT or rotation makes a new one."""
+    shown = json.dumps(biz.to_public(), sort_keys=True, separators=(",", ":"))
+    return '"' + hashlib.sha256(shown.encode()).hexdigest()[:32] + '"'
+
+
+def biz_response(biz: BizType, now_ms: int, status: int = 200) -> Response:
+    return JSONResponse(biz.to_public(now_ms), status, headers={"ETag": etag(biz)})
+
+
+def _tags(header: str) -> list[str]:
+    return [tag.strip() for tag in header.split(",") if tag.strip()]
+
+
+def check_preconditions(request: Request, existing: BizType | None) -> None:
+    """RFC 9110 `If-Match` and `If-None-Match: *` on a PUT: 412 when they do not hold."""
+    if_match = request.headers.get("if-match")
+    if if_match is not None:
+        tags = _tags(if_match)
+        current = etag(existing) if existing is not None else None
+        if current is None or ("*" not in tags and current not in tags):
+            shown = "no biz type" if current is None else f"ETag {current}"
+            raise Problem(412, f"If-Match {if_match} does not match the current version ({shown}).")
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None and existing is not None:
+        tags = _tags(if_none_match)
+        if "*" in tags or etag(existing) in tags:
+            raise Problem(412, f"If-None-Match {if_none_match}: the biz type exists.")
+
+
 def build_biz_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["biz types"], responses=problems(401, 500))
     store, clock = ctx.store, ctx.clock
@@ -32,15 +65,23 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
     @router.put(
         "/biz-types/{biz_type}",
         summary="Create or replace a biz type",
+        description=(
+            "201 with `Location` when created, 200 when replaced; both carry the new `ETag`."
+            " `If-Match: <etag>` (from a GET) replaces only the version read, else 412:"
+            " no lost update when two operators edit at once. `If-None-Match: *` only"
+            " creates."
+        ),
         response_model=BizTypeOut,
         responses={
             201: {"model": BizTypeOut, "description": "Created"},
-            **problems(400, 413, 422),
+            **problems(400, 412, 413, 415, 422),
         },
         openapi_extra=json_body(BizTypeIn),
     )
     async def put_biz_type(biz_type: BizTypePath, request: Request) -> Response:
         config = validate(BizTypeIn, await read_json(request))
+        existing = await store.biz_types.get_biz_type(biz_type)
+        check_preconditions(request, existing)
         now = clock.now_ms()
         biz = BizType(
             biz_type=biz_type,
@@ -55,12 +96,14 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             created_at=now,
             updated_at=now,
         )
-        existing = await store.biz_types.get_biz_type(biz_type)
         if existing is not None:
             biz = existing.replaced_by(biz, now)
         was_created = await store.biz_types.put_biz_type(biz)
         stored = await store.biz_types.get_biz_type(biz_type) or biz
-        return JSONResponse(stored.to_public(now), 201 if was_created else 200)
+        response = biz_response(stored, now, 201 if was_created else 200)
+        if was_created:
+            response.headers["Location"] = f"/v1/biz-types/{biz_type}"
+        return response
 
     @router.post(
         "/biz-types/{biz_type}/secret:rotate",
@@ -73,7 +116,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             " the defaults."
         ),
         response_model=SecretRotatedOut,
-        responses=problems(400, 404, 413, 422),
+        responses=problems(400, 404, 413, 415, 422),
         openapi_extra=json_body(SecretRotateIn, required=False),
     )
     async def rotate_secret(biz_type: BizTypePath, request: Request) -> Response:
@@ -86,7 +129,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         new_secret = rotation.signing_secret or generate_secret()
         rotated = biz.rotate_secret(new_secret, rotation.keep_previous_for_s * 1000, now)
         await store.biz_types.put_biz_type(rotated)
-        return JSONResponse({**rotated.to_public(now), "signing_secret": new_secret})
+        body = {**rotated.to_public(now), "signing_secret": new_secret}
+        return JSONResponse(body, headers={"ETag": etag(rotated)})
 
     @router.get(
         "/biz-types",
@@ -100,7 +144,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
 
     @router.get(
         "/biz-types/{biz_type}",
-        summary="Read a biz type (never its signing secret)",
+        summary="Read a biz type (never its signing secret), with its `ETag`",
         response_model=BizTypeOut,
         responses=problems(404, 422),
     )
@@ -108,7 +152,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         biz = await store.biz_types.get_biz_type(biz_type)
         if biz is None:
             raise Problem(404, f"No biz type {biz_type!r}.")
-        return JSONResponse(biz.to_public(clock.now_ms()))
+        return biz_response(biz, clock.now_ms())
 
     @router.delete(
         "/biz-types/{biz_type}",

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from timer_service.api.bodies import BODY, read_json
+from timer_service.api.bodies import BODY, UNKNOWN_FIELD, invalid, read_json
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import json_body, problems
 from timer_service.api.job_input import Limits, new_job, reschedule
@@ -23,8 +23,10 @@ from timer_service.api.schemas import (
 )
 from timer_service.constants import (
     BIZ_TYPE_PATTERN,
+    BIZ_TYPE_RE,
     DEFAULT_LIST_LIMIT,
     JOB_ID_PATTERN,
+    JOB_ID_RE,
     MAX_BATCH_ITEMS,
     MAX_LIST_LIMIT,
 )
@@ -71,7 +73,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_model=JobOut,
         responses={
             200: {"model": JobOut, "description": "The same job existed already"},
-            **problems(400, 409, 413, 422),
+            **problems(400, 409, 413, 415, 422),
         },
         openapi_extra=json_body(JobCreateIn),
     )
@@ -94,7 +96,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         "/jobs:batch",
         summary="Create up to 1000 jobs; one result per item, in request order",
         response_model=BatchOut,
-        responses=problems(400, 413, 422),
+        responses=problems(400, 413, 415, 422),
         openapi_extra=json_body(JobBatchIn),
     )
     async def create_jobs(request: Request) -> Response:
@@ -131,8 +133,16 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
         state: JobState | None = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
-        cursor: Annotated[str | None, Query(max_length=1024)] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                max_length=1024,
+                description="`next_cursor` of the page before; anything else is a 422.",
+            ),
+        ] = None,
     ) -> Response:
+        if cursor:
+            check_cursor(cursor, biz_type)
         try:
             jobs, next_cursor = await store.jobs.list_jobs(biz_type, state, limit, cursor or None)
         except (InvalidInput, ValueError):
@@ -171,7 +181,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         "/jobs/{biz_type}/{job_id}",
         summary="Reschedule a pending job (and replace its payload if given)",
         response_model=JobOut,
-        responses=problems(400, 404, 409, 413, 422),
+        responses=problems(400, 404, 409, 413, 415, 422),
         openapi_extra=json_body(JobPatchIn),
     )
     async def reschedule_job(
@@ -201,9 +211,23 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
     return router
 
 
+def check_cursor(cursor: str, biz_type: str | None) -> None:
+    """A cursor is the key of the last job of a page (`<biz_type>/<job_id>`), of the biz
+    type filtered on when there is one: anything else was not given by this API (422,
+    not an empty page that looks like the end)."""
+    cursor_biz, slash, cursor_job = cursor.partition("/")
+    issued = bool(slash) and BIZ_TYPE_RE.match(cursor_biz) and JOB_ID_RE.match(cursor_job)
+    if not issued or (biz_type is not None and cursor_biz != biz_type):
+        msg = "is not a cursor this API gave (pass next_cursor back, with the same filters)"
+        raise Problem.invalid(["query", "cursor"], msg)
+
+
 def _batch_items(data: Any) -> list[Any]:
     if not isinstance(data, dict):
         raise Problem.invalid(BODY, "must be a JSON object")
+    unknown = [key for key in data if key != "jobs"]
+    if unknown:
+        raise invalid([{"loc": [*BODY, key], "msg": UNKNOWN_FIELD} for key in unknown])
     items = data.get("jobs")
     if not isinstance(items, list):
         raise Problem.invalid([*BODY, "jobs"], "must be a list of jobs")

@@ -2,53 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from timer_service.api.bodies import BODY, encode_checked, read_json, validate
+from timer_service.api.bodies import BODY, encode_checked, invalid, read_json, validate
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import problems
+from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
-from timer_service.api.schemas import MAX_INT, DueAt, _Strict
-from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN
+from timer_service.api.schemas import ScheduleIn
+from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN, MIN_CYCLE_INTERVAL_MS
 from timer_service.errors import InvalidInput
-from timer_service.schedules import (
-    MAX_CRON_LEN,
-    MAX_INTERVALS,
-    Catchup,
-    ScheduleSpec,
-    check_schedule_id,
-)
+from timer_service.schedules import Catchup, ScheduleSpec, check_schedule_id
 from timer_service.scheduling import Scheduler
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 ScheduleIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
-
-
-class ScheduleIn(_Strict):
-    """Exactly one of `cron` (with `timezone`) and `intervals_ms` (with `cycle`)."""
-
-    cron: str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_CRON_LEN,
-        description="5 fields, or 6 with seconds first; evaluated in `timezone`.",
-        examples=["0 9 * * MON-FRI", "*/10 * * * * *"],
-    )
-    timezone: str | None = Field(None, description="IANA zone of `cron`; default UTC.")
-    intervals_ms: list[Annotated[int, Field(ge=1, le=MAX_INT)]] | None = Field(
-        None, min_length=1, max_length=MAX_INTERVALS, description="Gaps between occurrences."
-    )
-    cycle: bool | None = Field(None, description="Repeat `intervals_ms` forever; default false.")
-    payload: Any = Field(None, description="Any JSON value; each occurrence's job payload.")
-    start_at: DueAt | None = None
-    end_at: DueAt | None = None
-    max_runs: int | None = Field(None, ge=1, le=MAX_INT)
-    paused: bool = False
-    catchup: Literal["skip", "one", "all"] = "skip"
 
 
 class ScheduleOut(BaseModel):
@@ -76,12 +47,21 @@ class ScheduleListOut(BaseModel):
     items: list[ScheduleOut]
 
 
-_BODY_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": ScheduleIn.model_json_schema()}},
-    }
-}
+def _check_cycle(request: ScheduleIn) -> None:
+    """A cycling list never ends: each gap at least `MIN_CYCLE_INTERVAL_MS` (a finite list
+    may be finer: it makes at most `MAX_INTERVALS` jobs)."""
+    if not request.cycle or not request.intervals_ms:
+        return
+    errors = [
+        {
+            "loc": [*BODY, "intervals_ms", i],
+            "msg": f"must be at least {MIN_CYCLE_INTERVAL_MS} ms in a cycling schedule",
+        }
+        for i, gap in enumerate(request.intervals_ms)
+        if gap < MIN_CYCLE_INTERVAL_MS
+    ]
+    if errors:
+        raise invalid(errors)
 
 
 def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
@@ -90,6 +70,7 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
 
     def spec_from(data: Any) -> ScheduleSpec:
         request = validate(ScheduleIn, data)
+        _check_cycle(request)
         payload_json = encode_checked(request.payload, max_payload_bytes, [*BODY, "payload"])
         try:
             return ScheduleSpec(
@@ -113,9 +94,9 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_model=ScheduleOut,
         responses={
             201: {"model": ScheduleOut, "description": "Created"},
-            **problems(400, 413, 422),
+            **problems(400, 413, 415, 422),
         },
-        openapi_extra=_BODY_SCHEMA,
+        openapi_extra=json_body(ScheduleIn),
     )
     async def put_schedule(
         biz_type: BizTypePath, schedule_id: ScheduleIdPath, request: Request
@@ -130,7 +111,10 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         result = await scheduler.put(biz_type, schedule_id, spec)
         if result.schedule.next_run_at is not None:
             ctx.jobs_written([result.schedule.next_run_at // 1000])
-        return JSONResponse(result.schedule.to_public(), 201 if result.created else 200)
+        if not result.created:
+            return JSONResponse(result.schedule.to_public())
+        location = {"Location": f"/v1/schedules/{biz_type}/{schedule_id}"}
+        return JSONResponse(result.schedule.to_public(), 201, headers=location)
 
     @router.get(
         "/schedules",

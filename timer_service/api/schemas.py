@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainValidator,
@@ -26,9 +27,16 @@ from timer_service.constants import (
     BIZ_TYPE_PATTERN,
     DEFAULT_SECRET_OVERLAP_S,
     JOB_ID_PATTERN,
+    MAX_BURST,
+    MAX_CONCURRENCY,
     MAX_SECRET_OVERLAP_S,
+    MAX_TIMEOUT_MS,
+    MIN_CYCLE_INTERVAL_MS,
+    MIN_DUE_AT_MS,
+    MIN_RATE_LIMIT_PER_S,
 )
 from timer_service.model import JobState, RetryPolicy
+from timer_service.schedules import MAX_CRON_LEN, MAX_INTERVALS
 from timer_service.signing import signing_key
 
 # Every stored integer fits MongoDB's int64 and a JSON double exactly.
@@ -60,16 +68,34 @@ def rfc3339_to_ms(text: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
+def _integral(value: object) -> object:
+    """A JSON number with no fraction (`5.0`) is the integer it equals: JSON has one number
+    type, and many encoders write every number as a float. `5.5` is refused."""
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"must be an integer, not {value!r}")
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+
+
 def _due_at_ms(value: object) -> int:
+    value = _integral(value)
     if isinstance(value, str):
         ms = rfc3339_to_ms(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        ms = value
-    else:
+        if ms < 0:
+            raise ValueError("must not be before 1970-01-01T00:00:00Z")
+        return ms
+    if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError("must be epoch milliseconds (an integer) or an RFC 3339 time")
-    if ms < 0:
-        raise ValueError("must not be before 1970-01-01T00:00:00Z")
-    return ms
+    if value < MIN_DUE_AT_MS:
+        raise ValueError(
+            f"{value} looks like seconds, not milliseconds: epoch milliseconds before"
+            f" {MIN_DUE_AT_MS} (2001-01-01T00:00:00Z) are refused; multiply by 1000"
+        )
+    return value
 
 
 def _http_url(value: str) -> str:
@@ -119,16 +145,19 @@ DueAt = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": MIN_DUE_AT_MS},
                 {"type": "string", "format": "date-time"},
             ],
-            "description": "Epoch milliseconds, or an RFC 3339 time with an offset.",
+            "description": (
+                "Epoch milliseconds, or an RFC 3339 time with an offset. A number before"
+                f" {MIN_DUE_AT_MS} (2001-01-01 in ms) is refused: it can only be seconds."
+            ),
             "examples": [1767225600000, "2026-01-01T00:00:00Z"],
         }
     ),
 ]
 DelayMs = Annotated[
-    int, Field(ge=0, le=MAX_INT, description="Milliseconds from now (the server's clock).")
+    Int, Field(ge=0, le=MAX_INT, description="Milliseconds from now (the server's clock).")
 ]
 CallbackUrl = Annotated[
     str,
@@ -139,27 +168,36 @@ CallbackUrl = Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    """Strict types (a string is not a number), integral floats as integers (`Int`), and
+    unknown fields refused: a misspelt `paylod` is a 422 naming it, not a null payload."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
 # -- requests -----------------------------------------------------------------
 
 
 class RetryPolicyIn(_Strict):
-    max_attempts: int = Field(_DEFAULT_RETRY.max_attempts, ge=1, le=MAX_INT)
-    initial_backoff_ms: int = Field(_DEFAULT_RETRY.initial_backoff_ms, ge=0, le=MAX_INT)
-    max_backoff_ms: int = Field(_DEFAULT_RETRY.max_backoff_ms, ge=0, le=MAX_INT)
+    max_attempts: Int = Field(_DEFAULT_RETRY.max_attempts, ge=1, le=MAX_INT)
+    initial_backoff_ms: Int = Field(_DEFAULT_RETRY.initial_backoff_ms, ge=0, le=MAX_INT)
+    max_backoff_ms: Int = Field(_DEFAULT_RETRY.max_backoff_ms, ge=0, le=MAX_INT)
     multiplier: float = Field(_DEFAULT_RETRY.multiplier, ge=1)
 
 
 class BizTypeIn(_Strict):
     callback_url: CallbackUrl
     rate_limit_per_s: float | None = Field(
-        None, gt=0, description="Callbacks per second; null or absent = unlimited."
+        None,
+        ge=MIN_RATE_LIMIT_PER_S,
+        description=(
+            f"Callbacks per second, at least {MIN_RATE_LIMIT_PER_S}; null or absent = unlimited."
+        ),
     )
-    burst: int = Field(1, ge=1, le=MAX_INT)
-    max_concurrency: int = Field(16, ge=1, le=MAX_INT)
-    timeout_ms: int = Field(10000, ge=1, le=MAX_INT)
+    burst: Int = Field(1, ge=1, le=MAX_BURST)
+    max_concurrency: Int = Field(16, ge=1, le=MAX_CONCURRENCY)
+    timeout_ms: Int = Field(
+        10000, ge=1, le=MAX_TIMEOUT_MS, description="Time allowed for one callback."
+    )
     retry: RetryPolicyIn = Field(default_factory=lambda: RetryPolicyIn.model_validate({}))
     signing_secret: SigningSecret | None = None
     paused: bool = False
@@ -169,7 +207,7 @@ class SecretRotateIn(_Strict):
     signing_secret: SigningSecret | None = Field(
         None, description="The new secret; absent = a new random `whsec_` secret."
     )
-    keep_previous_for_s: int = Field(
+    keep_previous_for_s: Int = Field(
         DEFAULT_SECRET_OVERLAP_S,
         ge=0,
         le=MAX_SECRET_OVERLAP_S,
@@ -198,7 +236,7 @@ class JobCreateIn(_Strict):
     payload: Any = Field(None, description="Any JSON value (absent = null).")
 
 
-class JobBatchIn(BaseModel):
+class JobBatchIn(_Strict):
     jobs: list[JobCreateIn] = Field(min_length=1, max_length=1000)
 
 
@@ -210,6 +248,35 @@ class JobPatchIn(_Strict):
     due_at: DueAt | None = None
     delay_ms: DelayMs | None = None
     payload: Any = Field(None, description="Any JSON value; absent = keep the payload.")
+
+
+class ScheduleIn(_Strict):
+    """Exactly one of `cron` (with `timezone`) and `intervals_ms` (with `cycle`)."""
+
+    cron: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_CRON_LEN,
+        description="5 fields, or 6 with seconds first; evaluated in `timezone`.",
+        examples=["0 9 * * MON-FRI", "*/10 * * * * *"],
+    )
+    timezone: str | None = Field(None, description="IANA zone of `cron`; default UTC.")
+    intervals_ms: list[Annotated[Int, Field(ge=1, le=MAX_INT)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_INTERVALS,
+        description=(
+            "Gaps between occurrences; with `cycle: true` each at least"
+            f" {MIN_CYCLE_INTERVAL_MS} ms."
+        ),
+    )
+    cycle: bool | None = Field(None, description="Repeat `intervals_ms` forever; default false.")
+    payload: Any = Field(None, description="Any JSON value; each occurrence's job payload.")
+    start_at: DueAt | None = None
+    end_at: DueAt | None = None
+    max_runs: Int | None = Field(None, ge=1, le=MAX_INT)
+    paused: bool = False
+    catchup: Literal["skip", "one", "all"] = "skip"
 
 
 # -- responses ------------------------------------------------------------------

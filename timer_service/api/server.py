@@ -126,7 +126,7 @@ async def _main(settings: Settings, stop: asyncio.Event) -> None:
 
 
 def run() -> int:
-    settings = Settings()  # type: ignore[call-arg]  # mypy without the pydantic plugin
+    settings = Settings().with_default_hosts()  # type: ignore[call-arg]  # no pydantic plugin
     setup_logging(settings.log_level)
 
     return run_until_signal(lambda stop: _main(settings, stop))

@@ -12,6 +12,7 @@ from timer_service.client.aio import AsyncTimerClient
 from timer_service.client.bodies import new_job_id, to_epoch_ms
 from timer_service.client.errors import (
     BadRequest,
+    BatchInterrupted,
     ClientError,
     ConflictError,
     NotFoundError,
@@ -46,6 +47,7 @@ __all__ = [
     "AsyncTimerClient",
     "Attempt",
     "BadRequest",
+    "BatchInterrupted",
     "BatchItemResult",
     "BizTypeConfig",
     "ClientError",

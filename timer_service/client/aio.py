@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 import httpx
 from tenacity import AsyncRetrying
 
+from timer_service.client.errors import BatchInterrupted
 from timer_service.client.models import UNCHANGED, BatchItemResult, BizTypeConfig, Job, Schedule
-from timer_service.client.requests import Call, Calls
-from timer_service.client.session import headers, retry_options
+from timer_service.client.requests import BATCH_SIZE, Call, Calls
+from timer_service.client.session import headers, retry_options, timeout_for
 
 T = TypeVar("T")
 
@@ -32,6 +33,7 @@ class AsyncTimerClient:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers(token), timeout=timeout_s, transport=transport
         )
+        self._timeout_s = timeout_s
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
 
@@ -49,7 +51,11 @@ class AsyncTimerClient:
         async for attempt in AsyncRetrying(**options):
             with attempt:
                 response = await self._http.request(
-                    call.method, call.path, json=call.body, params=call.params
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    params=call.params,
+                    timeout=timeout_for(call, self._timeout_s),
                 )
                 return call.outcome(response, attempt.retry_state.attempt_number)
         raise AssertionError("tenacity re-raises the last error")  # pragma: no cover
@@ -82,11 +88,17 @@ class AsyncTimerClient:
         return await self._run(Calls.create_job(biz_type, due_at, delay_ms, payload, job_id))
 
     async def create_jobs(
-        self, jobs: Iterable[Mapping[str, Any] | Any]
+        self, jobs: Iterable[Mapping[str, Any] | Any], *, chunk_size: int = BATCH_SIZE
     ) -> AsyncIterator[BatchItemResult]:
-        """Lazily: each chunk of 1000 is sent when iteration reaches it."""
-        for call in Calls.create_batches(jobs):
-            for result in await self._run(call):
+        """`TimerClient.create_jobs`, as an async iterator."""
+        done: list[BatchItemResult] = []
+        for call in Calls.create_batches(jobs, chunk_size):
+            try:
+                results = await self._run(call)
+            except Exception as exc:
+                raise BatchInterrupted(done, call.body["jobs"], exc) from exc
+            done.extend(results)
+            for result in results:
                 yield result
 
     async def get_job(self, biz_type: str, job_id: str) -> Job:

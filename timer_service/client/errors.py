@@ -85,3 +85,21 @@ def _problem_of(response: httpx.Response) -> dict[str, Any]:
         "status": response.status_code,
         "detail": response.text[:1000],
     }
+
+
+class BatchInterrupted(Exception):
+    """`create_jobs` stopped at a chunk whose outcome is unknown (its request failed after
+    the retries). `results` are the items answered before it; `chunk` is that chunk's
+    items, each with the `job_id` it was sent with: some may have been created. Sending
+    `chunk` again, then the rest of the input, is safe: an item created already is
+    answered 200 with its job."""
+
+    def __init__(
+        self, results: list[Any], chunk: list[dict[str, Any]], cause: BaseException
+    ) -> None:
+        self.results = results
+        self.chunk = chunk
+        super().__init__(
+            f"create_jobs stopped after {len(results)} items: a chunk of {len(chunk)}"
+            f" failed ({cause!r}); resend .chunk (its job ids are fixed) and the rest"
+        )

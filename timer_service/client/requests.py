@@ -27,6 +27,9 @@ from timer_service.client.errors import checked
 from timer_service.client.models import BatchItemResult, BizTypeConfig, Job, JobPage, Schedule
 
 BATCH_SIZE = 1000
+# A batch request may take longer than a single call: the store writes every item. Its
+# timeout is the client's plus this much per item (1000 items: 10 s more).
+BATCH_TIMEOUT_S_PER_ITEM = 0.01
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -42,6 +45,8 @@ class Call(Generic[T]):
     retry: bool = True
     # A DELETE whose first try succeeded unseen answers 404 on the retry: that is success.
     gone_is_done: bool = False
+    # Added to the client's timeout for this call (a batch: per item).
+    extra_timeout_s: float = 0.0
 
     def outcome(self, response: httpx.Response, attempt_number: int) -> T:
         """The answer of try `attempt_number` (from 1), or the error it carries, raised."""
@@ -114,11 +119,16 @@ class Calls:
 
     @staticmethod
     def create_batches(
-        jobs: Iterable[Mapping[str, Any] | Any],
+        jobs: Iterable[Mapping[str, Any] | Any], chunk_size: int = BATCH_SIZE
     ) -> Iterator[Call[list[BatchItemResult]]]:
-        """Lazily: each chunk of `BATCH_SIZE` is read from `jobs` when iteration reaches it."""
-        for chunk in _chunks(map(batch_item, jobs), BATCH_SIZE):
-            yield Call("POST", _path("jobs:batch"), _batch_results, {"jobs": chunk})
+        """Lazily: each chunk of `chunk_size` is read from `jobs` when iteration reaches it,
+        every item given its `job_id` then (so a resent chunk creates nothing twice)."""
+        if not 1 <= chunk_size <= BATCH_SIZE:
+            raise ValueError(f"chunk_size must be 1 to {BATCH_SIZE}, not {chunk_size}")
+        for chunk in _chunks(map(batch_item, jobs), chunk_size):
+            extra_s = BATCH_TIMEOUT_S_PER_ITEM * len(chunk)
+            body = {"jobs": chunk}
+            yield Call("POST", _path("jobs:batch"), _batch_results, body, extra_timeout_s=extra_s)
 
     @staticmethod
     def get_job(biz_type: str, job_id: str) -> Call[Job]:

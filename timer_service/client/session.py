@@ -52,6 +52,11 @@ def headers(token: str | None) -> dict[str, str]:
     return sent
 
 
+def timeout_for(call: Call[Any], timeout_s: float) -> float:
+    """The call's timeout: the client's, plus what a batch needs for its items."""
+    return timeout_s + call.extra_timeout_s
+
+
 def transient(exc: BaseException) -> bool:
     if isinstance(exc, ServerError):
         return exc.status in RETRIED_STATUSES

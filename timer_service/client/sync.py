@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 import httpx
 from tenacity import Retrying
 
+from timer_service.client.errors import BatchInterrupted
 from timer_service.client.models import UNCHANGED, BatchItemResult, BizTypeConfig, Job, Schedule
-from timer_service.client.requests import Call, Calls
-from timer_service.client.session import headers, retry_options
+from timer_service.client.requests import BATCH_SIZE, Call, Calls
+from timer_service.client.session import headers, retry_options, timeout_for
 
 T = TypeVar("T")
 
@@ -32,6 +33,7 @@ class TimerClient:
         self._http = httpx.Client(
             base_url=base_url, headers=headers(token), timeout=timeout_s, transport=transport
         )
+        self._timeout_s = timeout_s
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
 
@@ -48,7 +50,11 @@ class TimerClient:
         for attempt in Retrying(**retry_options(call, self._max_attempts, self._backoff_s)):
             with attempt:
                 response = self._http.request(
-                    call.method, call.path, json=call.body, params=call.params
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    params=call.params,
+                    timeout=timeout_for(call, self._timeout_s),
                 )
                 return call.outcome(response, attempt.retry_state.attempt_number)
         raise AssertionError("tenacity re-raises the last error")  # pragma: no cover
@@ -80,10 +86,20 @@ class TimerClient:
     ) -> Job:
         return self._run(Calls.create_job(biz_type, due_at, delay_ms, payload, job_id))
 
-    def create_jobs(self, jobs: Iterable[Mapping[str, Any] | Any]) -> Iterator[BatchItemResult]:
-        """Lazily: each chunk of 1000 is sent when iteration reaches it."""
-        for call in Calls.create_batches(jobs):
-            yield from self._run(call)
+    def create_jobs(
+        self, jobs: Iterable[Mapping[str, Any] | Any], *, chunk_size: int = BATCH_SIZE
+    ) -> Iterator[BatchItemResult]:
+        """Lazily: each chunk is sent when iteration reaches it, and its items' results
+        yielded as soon as it is answered. A chunk that fails after the retries raises
+        `BatchInterrupted`, which holds its items (job ids fixed: safe to resend)."""
+        done: list[BatchItemResult] = []
+        for call in Calls.create_batches(jobs, chunk_size):
+            try:
+                results = self._run(call)
+            except Exception as exc:
+                raise BatchInterrupted(done, call.body["jobs"], exc) from exc
+            done.extend(results)
+            yield from results
 
     def get_job(self, biz_type: str, job_id: str) -> Job:
         return self._run(Calls.get_job(biz_type, job_id))

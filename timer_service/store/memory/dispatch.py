@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
 
@@ -12,8 +11,6 @@ from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.model import Job, JobState
 from timer_service.store.memory.state import MemoryState
-
-WATCH_IDLE_S = 1.0  # how often a watch with nothing to say checks its stop event
 
 
 class MemoryDispatch:
@@ -53,12 +50,34 @@ class MemoryDispatch:
                     claimed.append(machine.claimed(changed, second))
         return claimed
 
-    async def mark_published(self, second: int, claim: str, fence: int) -> None:
-        change = machine.published(claim)
-        for key in self._s.jobs_in_second.get(second, ()):
+    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
+        self._s.rounds[claim] = (now_ms, fence)
+
+    async def close_rounds(self, claims: Collection[str]) -> None:
+        for claim in claims:
+            self._s.rounds.pop(claim, None)
+
+    async def find_unpublished(
+        self, opened_before_ms: int, limit: int, *, fence_below: int | None = None
+    ) -> list[Job]:
+        old = {
+            claim
+            for claim, (opened_at, fence) in self._s.rounds.items()
+            if opened_at < opened_before_ms and (fence_below is None or fence < fence_below)
+        }
+        if not old:
+            return []
+        named: set[str] = set()
+        out = []
+        for key in self._s.dispatched:
             job = self._s.jobs[key]
-            if job.fence == fence:
-                self._s.apply(job, change)
+            if job.claim in old and job.sending is None:
+                named.add(job.claim)
+                out.append(job)
+        for claim in old - named:
+            del self._s.rounds[claim]
+        out.sort(key=lambda j: j.claimed_at or 0)
+        return out[:limit]
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         version = self._s.versions.get(entry.second)
@@ -92,7 +111,6 @@ class MemoryDispatch:
         claimed_before_ms: int,
         limit: int,
         *,
-        published: bool | None = None,
         skip_biz_types: Collection[str] = (),
     ) -> list[Job]:
         skip = set(skip_biz_types)
@@ -102,7 +120,6 @@ class MemoryDispatch:
             if (
                 job.claimed_at is not None
                 and job.claimed_at < claimed_before_ms
-                and (published is None or job.published == published)
                 and job.biz_type not in skip
             ):
                 out.append(job)
@@ -130,12 +147,26 @@ class MemoryDispatch:
     async def watch_seconds(  # type: ignore[override]
         self, stop: asyncio.Event | None = None
     ) -> AsyncIterator[int]:
+        """Ends at once when `stop` is set, and when cancelled. It waits for the next
+        event or `stop`, whichever comes first, with `asyncio.wait`, which never
+        swallows a cancellation: Python 3.11's `asyncio.wait_for` returned an event
+        that arrived in the same turn as the cancel, and the watch ran on."""
         queue: asyncio.Queue[int] = asyncio.Queue()
         self._s.watchers.append(queue)
-        stop = stop or asyncio.Event()
+        stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
         try:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    yield await asyncio.wait_for(queue.get(), WATCH_IDLE_S)
+            while not stopping.done():
+                if not queue.empty():
+                    yield queue.get_nowait()
+                    continue
+                arrived = asyncio.ensure_future(queue.get())
+                try:
+                    await asyncio.wait((arrived, stopping), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not arrived.done():
+                        arrived.cancel()  # the event, if any, stays queued
+                if arrived.done() and not arrived.cancelled():
+                    yield arrived.result()
         finally:
+            stopping.cancel()
             self._s.watchers.remove(queue)

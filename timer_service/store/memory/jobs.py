@@ -47,7 +47,8 @@ class MemoryJobs:
 
     async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
         job = self._existing(biz_type, job_id)
-        return self._apply(job, machine.replay(job, now_ms))
+        change = machine.replay(job, now_ms)
+        return job if change is None else self._apply(job, change)
 
     async def list_jobs(
         self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None

@@ -1,4 +1,4 @@
-"""In-memory outcomes: the pre-send check and the attempts' results."""
+"""In-memory outcomes: the pre-send mark and the attempts' results."""
 
 from __future__ import annotations
 
@@ -6,21 +6,13 @@ from collections.abc import Sequence
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
-from timer_service.model import Job, JobState, job_key
+from timer_service.model import Job
 from timer_service.store.memory.state import MemoryState
 
 
 class MemoryOutcomes:
     def __init__(self, state: MemoryState) -> None:
         self._s = state
-
-    async def fetch_for_send(self, refs: Sequence[SendRef]) -> dict[str, Job]:
-        out = {}
-        for ref in refs:
-            job = self._s.jobs.get(job_key(ref.biz_type, ref.job_id))
-            if job is not None and job.state == JobState.DISPATCHED and job.claim == ref.claim:
-                out[job.key] = job
-        return out
 
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int

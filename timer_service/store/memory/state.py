@@ -32,6 +32,7 @@ class MemoryState:
     writes: int = 0  # makes every entry version unique
     sorted_seconds: list[int] = field(default_factory=list)
     dispatched: dict[str, None] = field(default_factory=dict)
+    rounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # open: (opened at, fence)
     biz: dict[str, BizType] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)

@@ -27,6 +27,8 @@ from timer_service.store.mongo.layout import (
 
 log = logging.getLogger(__name__)
 
+ROUNDS_PAGE = 1000  # open rounds read per sweep (one per claim: normally a handful)
+
 
 class MongoDispatch:
     def __init__(self, layout: Layout) -> None:
@@ -69,12 +71,45 @@ class MongoDispatch:
         docs = await coll.find({"second": second, "claim": claim}, CLAIM_PROJECTION).to_list(None)
         return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
 
-    async def mark_published(self, second: int, claim: str, fence: int) -> None:
-        change = machine.published(claim)
-        await self._l.bucket(second).update_many(
-            {"second": second, **guard_filter(change.guard), "fence": fence},
-            change_update(change),
+    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
+        await self._l.rounds.insert_one({"_id": claim, "fence": fence, "opened_at": now_ms})
+
+    async def close_rounds(self, claims: Collection[str]) -> None:
+        if claims:
+            await self._l.rounds.delete_many({"_id": {"$in": list(claims)}})
+
+    async def find_unpublished(
+        self, opened_before_ms: int, limit: int, *, fence_below: int | None = None
+    ) -> list[Job]:
+        # The rounds collection holds only claims on their way to the queue (a few
+        # documents): no index. Their jobs are found through each bucket's
+        # (state, claimed_at) index, from the oldest round on.
+        query: Doc = {"opened_at": {"$lt": opened_before_ms}}
+        if fence_below is not None:
+            query["fence"] = {"$lt": fence_below}
+        rounds = await self._l.rounds.find(query).to_list(ROUNDS_PAGE)
+        if not rounds:
+            return []
+        claims = sorted(r["_id"] for r in rounds)
+        jobs_query = {
+            "state": JobState.DISPATCHED.value,
+            "claimed_at": {"$gte": min(r["opened_at"] for r in rounds)},
+            "claim": {"$in": claims},
+            "sending": None,
+        }
+        found = await asyncio.gather(
+            *(
+                c.find(jobs_query).sort("claimed_at", ASCENDING).limit(limit).to_list(None)
+                for c in self._l.buckets
+            )
         )
+        jobs = [doc_to_job(d) for docs in found for d in docs]
+        named = {job.claim for job in jobs}
+        complete = all(len(docs) < limit for docs in found)  # else a round may be unread
+        if complete and (done := [c for c in claims if c not in named]):
+            await self._l.rounds.delete_many({"_id": {"$in": done}})
+        jobs.sort(key=lambda j: j.claimed_at or 0)
+        return jobs[:limit]
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         result = await self._l.seconds.delete_one(
@@ -112,7 +147,6 @@ class MongoDispatch:
         claimed_before_ms: int,
         limit: int,
         *,
-        published: bool | None = None,
         skip_biz_types: Collection[str] = (),
     ) -> list[Job]:
         # Served by the (state, claimed_at) index of every bucket.
@@ -120,8 +154,6 @@ class MongoDispatch:
             "state": JobState.DISPATCHED.value,
             "claimed_at": {"$lt": claimed_before_ms},
         }
-        if published is not None:
-            query["published"] = True if published else {"$ne": True}
         if skip_biz_types:
             query["biz_type"] = {"$nin": sorted(skip_biz_types)}
         found = await asyncio.gather(

@@ -205,6 +205,8 @@ class MongoJobs:
             doc = await self._locate(biz_type, job_id)
             job = doc_to_job(doc)
             change = machine.replay(job, now_ms)
+            if change is None:  # still where a replay put it: a retried replay
+                return job
             moved = change.apply(job)
             if await self._mover.move_one(Move(doc, moved, guard_filter(change.guard))):
                 return moved

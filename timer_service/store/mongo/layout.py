@@ -32,6 +32,7 @@ from timer_service.constants import (
     LEASES_COLLECTION,
     LOCATOR_COLLECTION,
     POINTERS_COLLECTION,
+    ROUNDS_COLLECTION,
     SECONDS_COLLECTION,
 )
 from timer_service.jobs import Change, Guard, payload_fingerprint
@@ -69,6 +70,7 @@ class Layout:
         self.leases = self.db[LEASES_COLLECTION]
         self.pointers = self.db[POINTERS_COLLECTION]
         self.brokers = self.db[BROKERS_COLLECTION]
+        self.rounds = self.db[ROUNDS_COLLECTION]
         self.buckets = [self.db[f"{BUCKET_COLLECTION_PREFIX}{n}"] for n in range(buckets)]
 
     def bucket(self, second: int) -> Collection:
@@ -136,7 +138,6 @@ def job_to_doc(job: Job, second: int) -> Doc:
         "claim": job.claim,
         "fence": job.fence,
         "claimed_at": job.claimed_at,
-        "published": job.published,
         "budget_base": job.budget_base,
         "sending": job.sending,
         "expire_at": None,
@@ -191,7 +192,6 @@ def doc_to_job(doc: Doc) -> Job:
         claim=doc.get("claim"),
         fence=doc.get("fence", 0),
         claimed_at=doc.get("claimed_at"),
-        published=doc.get("published", False),
         budget_base=doc.get("budget_base", 0),
         sending=doc.get("sending"),
         trace=trace_of(doc),
@@ -211,7 +211,8 @@ def guard_filter(guard: Guard) -> Doc:
     if guard.claim is not None:
         query["claim"] = guard.claim
     if guard.idle:
-        query["sending"] = None  # also matches a document without the field
+        # None also matches a document without the field.
+        query["sending"] = None if guard.sending is None else {"$in": [None, guard.sending]}
     return query
 
 

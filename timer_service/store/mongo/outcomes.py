@@ -1,4 +1,4 @@
-"""MongoDB outcomes: the batched pre-send check, and each attempt's result written
+"""MongoDB outcomes: the batched pre-send mark, and each attempt's result written
 as the state machine says, in bulk."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pymongo import UpdateOne
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
-from timer_service.model import Job, JobState, job_key
+from timer_service.model import Job, job_key
 from timer_service.store.mongo.layout import (
     Doc,
     Layout,
@@ -26,26 +26,6 @@ class MongoOutcomes:
     def __init__(self, layout: Layout, mover: Mover) -> None:
         self._l = layout
         self._mover = mover
-
-    async def fetch_for_send(self, refs: Sequence[SendRef]) -> dict[str, Job]:
-        by_bucket: dict[int, dict[str, SendRef]] = defaultdict(dict)
-        for ref in refs:
-            by_bucket[self._l.bucket_no(ref.second)][job_key(ref.biz_type, ref.job_id)] = ref
-        dispatched = JobState.DISPATCHED.value
-        found = await asyncio.gather(
-            *(
-                self._l.buckets[b]
-                .find({"_id": {"$in": list(keyed)}, "state": dispatched})
-                .to_list(None)
-                for b, keyed in by_bucket.items()
-            )
-        )
-        out = {}
-        for (_, keyed), docs in zip(by_bucket.items(), found, strict=True):
-            for doc in docs:
-                if doc.get("claim") == keyed[doc["_id"]].claim:
-                    out[doc["_id"]] = doc_to_job(doc)
-        return out
 
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int

@@ -12,7 +12,11 @@
 - A pending job whose entry is missing (a crash between the job's write and
   its bump) is found by ``find_overdue_pending`` and its entry restored.
 - A claim moves pending jobs to dispatched under a claim token and the claiming
-  daemon's fencing token (`jobs.claim`).
+  daemon's fencing token (`jobs.claim`). Before it, the daemon opens a *round*
+  for the token; it closes the round once the queue confirmed every message of
+  the claim. A round still open long after it was opened names jobs that were
+  claimed and never published (a crash, a lost reply): one record per claim,
+  not a write per job, is what tells them from jobs a broker holds.
 """
 
 from __future__ import annotations
@@ -42,8 +46,21 @@ class DispatchPort(Protocol):
         conditional and batched; returns what this call claimed."""
         ...
 
-    async def mark_published(self, second: int, claim: str, fence: int) -> None:
-        """`jobs.published`: the claim's messages were confirmed by the queue."""
+    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
+        """Record that claims under this token may be made from now on."""
+        ...
+
+    async def close_rounds(self, claims: Collection[str]) -> None:
+        """Every message of these claims was confirmed by the queue."""
+        ...
+
+    async def find_unpublished(
+        self, opened_before_ms: int, limit: int, *, fence_below: int | None = None
+    ) -> list[Job]:
+        """Jobs still dispatched, not being sent, under the claim of a round opened
+        before the given time (by a daemon whose fence is below `fence_below`, if
+        given) and never closed: claimed and never confirmed by the queue. Rounds that
+        no longer name such a job are closed on the way."""
         ...
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
@@ -66,13 +83,11 @@ class DispatchPort(Protocol):
         claimed_before_ms: int,
         limit: int,
         *,
-        published: bool | None = None,
         skip_biz_types: Collection[str] = (),
     ) -> list[Job]:
         """Dispatched jobs claimed before the given time, oldest claim first (the
-        reconciler's input). `published` keeps only jobs whose message the queue did
-        (True) or did not (False) confirm; `skip_biz_types` leaves those out, so that a
-        page is never filled with jobs the caller would pass over."""
+        reconciler's input). `skip_biz_types` leaves those out, so that a page is never
+        filled with jobs the caller would pass over."""
         ...
 
     async def reclaim(

@@ -33,7 +33,8 @@ class JobsPort(Protocol):
         ...
 
     async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
-        """`jobs.replay`. NotFound; Conflict unless dead."""
+        """`jobs.replay`. NotFound; Conflict unless dead, or still where a replay put it
+        (`jobs.replayed`: then the job as it is, unchanged: a retried replay)."""
         ...
 
     async def list_jobs(

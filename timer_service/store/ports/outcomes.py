@@ -1,4 +1,4 @@
-"""The broker's outcomes: the check before sending, and what each attempt came to."""
+"""The broker's outcomes: the mark before sending, and what each attempt came to."""
 
 from __future__ import annotations
 
@@ -10,17 +10,14 @@ from timer_service.model import Job
 
 
 class OutcomesPort(Protocol):
-    async def fetch_for_send(self, refs: Sequence[SendRef]) -> dict[str, Job]:
-        """Batched: of these, the jobs still dispatched under the claim the ref
-        carries, by job key. Others (cancelled, stale duplicates) are absent."""
-        ...
-
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
     ) -> dict[str, Job]:
         """Batched `jobs.start_sending`: of these, the jobs now marked as being sent
         under `send_token`, by job key. The others (cancelled, stale duplicates, a
-        claim whose callback another message has started) are absent: not to be sent."""
+        claim whose callback another message has started) are absent: not to be sent.
+        Idempotent: the same call again (same `send_token`, after a lost reply)
+        answers the jobs the first one marked."""
         ...
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
