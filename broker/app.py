@@ -26,6 +26,7 @@ from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.tracing import NO_TRACING, Tracing, build_tracing
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,10 @@ class Broker:
         metrics: Metrics,
         clock: Clock,
         broker_id: str | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self._settings = settings
+        self._tracing = tracing
         self._store = store
         self._queue = queue
         self._metrics = metrics
@@ -138,6 +141,7 @@ class Broker:
             outcomes=self._outcomes,
             metrics=self._metrics,
             clock=self._clock,
+            tracing=self._tracing,
         )
         lane.start()
         self._lanes[biz.biz_type] = lane
@@ -225,6 +229,7 @@ def run() -> int:
         queue = wiring.amqp_queue(settings)
         await connect_queue(queue, clock)
         metrics = Metrics()
+        tracing = build_tracing(settings.otel_exporter, "timer-service-broker")
 
         async def ready() -> None:
             await store.ping()
@@ -236,7 +241,7 @@ def run() -> int:
             metrics.registry,
             ready,
         )
-        broker = Broker(settings, store, queue, metrics, clock)
+        broker = Broker(settings, store, queue, metrics, clock, tracing=tracing)
         await ops.start()
         await broker.start()
         freeze_startup_heap()
@@ -247,5 +252,6 @@ def run() -> int:
             await ops.stop()
             await queue.close()
             await store.close()
+            tracing.close()
 
     return run_until_signal(main)

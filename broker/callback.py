@@ -44,10 +44,13 @@ class Verdict:
     next_attempt_at: int | None = None
 
 
-def build_request(biz: BizType, job: Job, attempt: int, fired_at: int) -> CallbackRequest:
+def build_request(
+    biz: BizType, job: Job, attempt: int, fired_at: int, traceparent: str | None = None
+) -> CallbackRequest:
     """Body and headers of one attempt sent at `fired_at`; the payload goes out as the exact
     JSON registered. Signed as Standard Webhooks says (timer_service.signing) with every
-    secret of the biz type valid at `fired_at`."""
+    secret of the biz type valid at `fired_at`. `traceparent`: the attempt's span in the
+    job's trace (timer_service.tracing), sent with the job's `tracestate`."""
     body = (
         f'{{"biz_type":{json.dumps(job.biz_type)},"job_id":{json.dumps(job.job_id)},'
         f'"payload":{job.payload_json},"due_at":{job.due_at},"fired_at":{fired_at},'
@@ -64,6 +67,10 @@ def build_request(biz: BizType, job: Job, attempt: int, fired_at: int) -> Callba
         "webhook-id": msg_id,
         "webhook-timestamp": str(timestamp_s),
     }
+    if traceparent is not None:
+        headers["traceparent"] = traceparent
+        if job.trace is not None and job.trace.tracestate is not None:
+            headers["tracestate"] = job.trace.tracestate
     signatures = signature_header(biz.signing_secrets(fired_at), msg_id, timestamp_s, body)
     if signatures:
         headers["webhook-signature"] = signatures

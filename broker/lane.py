@@ -47,6 +47,7 @@ from timer_service.model import BizType, Job, job_key
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
 from timer_service.store.base import Store
+from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,10 @@ class Lane:
         outcomes: OutcomeWriter,
         metrics: Metrics,
         clock: Clock,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.biz = biz
+        self._tracing = tracing
         self._store = store
         self._sender = sender
         self._outcomes = outcomes
@@ -337,7 +340,8 @@ class Lane:
         assert job is not None
         attempt = job.attempts + 1
         fired_at = self._clock.now_ms()
-        request = build_request(biz, job, attempt, fired_at)
+        span = self._tracing.callback_started(job, attempt)
+        request = build_request(biz, job, attempt, fired_at, span.traceparent)
         self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.due_at) / 1000)
         if job.next_attempt_at is not None and fired_at < job.next_attempt_at:
             self._metrics.callback_early(biz.biz_type, (job.next_attempt_at - fired_at) / 1000)
@@ -359,6 +363,7 @@ class Lane:
             unreadable = Response(None, error=f"unreadable answer: {type(exc).__name__}")
             verdict = judge(unreadable, biz.retry, attempt, job.budget_base, known_at)
         self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
+        span.end(verdict.kind.value, response.status_code)
         if verdict.kind is not OutcomeKind.DELIVERED:
             log.info(
                 "callback failed",

@@ -25,6 +25,7 @@ from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.tracing import NO_TRACING, Tracing, build_tracing
 from timer_service.wiring import scheduler as default_scheduler
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class Daemon:
         holder_id: str | None = None,
         scan_config: ScanConfig | None = None,
         schedule_hook: ScheduleHook | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -67,7 +69,9 @@ class Daemon:
         self.lease = LeaseKeeper(
             store.leases, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
         )
-        self.publisher = Publisher(queue, store, metrics, clock, settings.publish_batch)
+        self.publisher = Publisher(
+            queue, store, metrics, clock, settings.publish_batch, tracing=tracing
+        )
         self.schedule_hook = schedule_hook
         self.publisher.on_published = schedule_hook
         self._schedules_repaired_ms: int | None = None
@@ -324,6 +328,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 await call()
 
     metrics = Metrics()
+    tracing = build_tracing(settings.otel_exporter, "timer-service-daemon")
     store = wiring.mongo_store(settings)
     queue = wiring.amqp_queue(settings)
 
@@ -353,7 +358,13 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         clock = SystemClock()
         scheduler = default_scheduler(store, metrics, clock)
         daemon = Daemon(
-            settings, store, queue, metrics, clock, schedule_hook=ScheduleHook(scheduler)
+            settings,
+            store,
+            queue,
+            metrics,
+            clock,
+            schedule_hook=ScheduleHook(scheduler),
+            tracing=tracing,
         )
         await daemon.start()
         freeze_startup_heap()
@@ -366,4 +377,5 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await queue.close()
         await store.close()
         await ops.stop()
+        tracing.close()
         log.info("daemon stopped")

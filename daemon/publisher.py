@@ -28,6 +28,7 @@ from timer_service.metrics import Metrics
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait
 from timer_service.store.base import Store
+from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,10 @@ class Publisher:
         clock: Clock,
         batch: int,
         retry_max_wait_s: float = 2.0,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self._queue = queue
+        self._tracing = tracing
         self._store = store
         self._metrics = metrics
         self._clock = clock
@@ -152,7 +155,10 @@ class Publisher:
     async def _publish(self, jobs: Sequence[Claimed], keep_trying: Callable[[], bool]) -> bool:
         for start in range(0, len(jobs), self._batch):
             chunk = jobs[start : start + self._batch]
-            if not await self._publish_chunk(chunk, keep_trying):
+            spans = self._tracing.dispatch_started(chunk)
+            confirmed = await self._publish_chunk(chunk, keep_trying)
+            spans.end(confirmed)
+            if not confirmed:
                 self._settle(jobs[start:], confirmed=False)
                 return False
             published_at = self._clock.now_ms()

@@ -20,6 +20,7 @@ from timer_service.queue.base import DispatchQueue
 from timer_service.queue.memory import MemoryQueue
 from timer_service.runtime import freeze_startup_heap, run_until_signal
 from timer_service.settings import Settings
+from timer_service.tracing import build_tracing
 from timer_service.wiring import amqp_queue, mongo_store
 
 log = logging.getLogger("timer_service.dev")
@@ -79,12 +80,19 @@ async def serve_dev(settings: Settings, stop: asyncio.Event) -> None:
         await store.setup()
         await queue.connect()
         metrics, clock = Metrics(), SystemClock()
+        tracing = build_tracing(settings.otel_exporter, "timer-service-dev")
         # One Scheduler for the API and the daemon's hook that chains occurrences.
         scheduler = default_scheduler(store, metrics, clock)
         daemon = Daemon(
-            settings, store, queue, metrics, clock, schedule_hook=ScheduleHook(scheduler)
+            settings,
+            store,
+            queue,
+            metrics,
+            clock,
+            schedule_hook=ScheduleHook(scheduler),
+            tracing=tracing,
         )
-        broker = Broker(settings, store, queue, metrics, clock)
+        broker = Broker(settings, store, queue, metrics, clock, tracing=tracing)
 
         def nudge(seconds: Sequence[int]) -> None:
             for second in seconds:
@@ -98,6 +106,7 @@ async def serve_dev(settings: Settings, stop: asyncio.Event) -> None:
             on_jobs_written=nudge,
             ready_checks=[queue.ping],
             scheduler=scheduler,
+            tracing=tracing,
         )
         await daemon.start()
         await broker.start()
@@ -108,6 +117,7 @@ async def serve_dev(settings: Settings, stop: asyncio.Event) -> None:
         finally:
             await broker.stop()
             await daemon.stop()
+            tracing.close()
     finally:
         await queue.close()
         await store.close()

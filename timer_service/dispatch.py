@@ -34,6 +34,8 @@ class Claimed:
     attempt: int  # the number the coming callback will carry
     claim: str
     fence: int = 0  # the fencing token of the daemon that claimed it
+    # The job's W3C traceparent, for the daemon's dispatch span; not in the message.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from timer_service.model import (
     same_payload,
     second_of,
 )
+from timer_service.tracecontext import TraceContext
 
 # --------------------------------------------------------------------------- create
 
@@ -52,6 +53,7 @@ class NewJob:
     payload_json: str
     # False when the request gave delay_ms: an existing job then matches on payload only.
     compare_due: bool = True
+    trace: TraceContext | None = None  # the registration's W3C trace context, if valid
 
 
 class CreateStatus(StrEnum):
@@ -109,6 +111,7 @@ def new_job(new: NewJob, now_ms: int) -> Job:
         next_attempt_at=new.due_at,
         created_at=now_ms,
         updated_at=now_ms,
+        trace=new.trace,
     )
 
 
@@ -345,6 +348,7 @@ def claimed(job: Job, second: int) -> Claimed:
         attempt=job.attempts + 1,
         claim=job.claim,
         fence=job.fence,
+        traceparent=None if job.trace is None else job.trace.traceparent,
     )
 
 

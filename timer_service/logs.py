@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line, fields from `extra=`."""
+"""Structured logs: one JSON object per line, fields from `extra=`, and the id of the
+API request being handled (if any) on every line logged while handling it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import json
 import logging
 import sys
 import time
+from contextvars import ContextVar
 from typing import Any
+
+# Set by the API's middleware for the time of one request; tasks started meanwhile
+# inherit it (asyncio copies the context), so their lines carry it too.
+current_request_id: ContextVar[str | None] = ContextVar("current_request_id", default=None)
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()) | {
     "message",
@@ -44,9 +50,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class RequestIdFilter(logging.Filter):
+    """Puts the current request's id on each record as `request_id` (none outside one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request_id = current_request_id.get()
+        if request_id is not None and not hasattr(record, "request_id"):
+            record.request_id = request_id
+        return True
+
+
 def setup_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

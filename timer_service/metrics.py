@@ -4,12 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 from timer_service.constants import LATENCY_BUCKETS_S
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "render"]
+__all__ = ["CONTENT_TYPE_LATEST", "HTTP_METHODS", "UNMATCHED_ROUTE", "Metrics", "render"]
+
+# Every process imports this module before it makes a metric: the `*_created`
+# series prometheus_client adds beside each counter and histogram (a timestamp
+# per label set, doubling the series for nothing a query uses) are off for the
+# whole process from here on. prometheus_client reads the flag when it renders.
+disable_created_metrics()
+
+# The API's request metrics label the method only with these (else "other"), and a
+# path that matches no route with UNMATCHED_ROUTE: a client cannot mint label values.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED_ROUTE = "unmatched"
 
 
 def render(registry: CollectorRegistry) -> bytes:
@@ -26,6 +46,20 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        _register_runtime_collectors(r)
+        self._http_requests = Counter(
+            "timer_http_requests",
+            "API requests answered, by route template and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self._http_duration = Histogram(
+            "timer_http_request_duration_seconds",
+            "API request duration, from the request's arrival to the end of its answer",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self._created = Counter(
             "timer_jobs_created", "Jobs accepted (201)", ["biz_type"], registry=r
         )
@@ -128,6 +162,12 @@ class Metrics:
     def job_created(self, biz_type: str, count: int = 1) -> None:
         self._created.labels(biz_type).inc(count)
 
+    def http_request(self, method: str, route: str, status: int, duration_s: float) -> None:
+        """One answered API request; `route` is the route's template, never the raw path."""
+        method = method if method in HTTP_METHODS else "other"
+        self._http_requests.labels(method, route, str(status)).inc()
+        self._http_duration.labels(method, route).observe(duration_s)
+
     # -- daemon
     def job_dispatched(self, biz_type: str, lateness_s: float) -> None:
         self._dispatched.labels(biz_type).inc()
@@ -186,3 +226,12 @@ class Metrics:
 
     def store_error(self, operation: str) -> None:
         self._store_errors.labels(operation).inc()
+
+
+def _register_runtime_collectors(registry: CollectorRegistry) -> None:
+    """The process (CPU, memory, open files), garbage collector and Python version
+    collectors prometheus_client puts on its global registry, on this one: each
+    process serves its own registry only."""
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)

@@ -9,6 +9,7 @@ from typing import Any
 
 from timer_service.callback_targets import redact_url
 from timer_service.constants import DEFAULT_RETRY
+from timer_service.tracecontext import TraceContext
 
 
 class JobState(StrEnum):
@@ -96,6 +97,8 @@ class Job:
     # Set when a broker starts the callback (its send token): from then on a cancel
     # answers "in flight", and another message of the same claim is not sent.
     sending: str | None = None
+    # The W3C trace context the job was registered under: its callbacks continue it.
+    trace: TraceContext | None = None
 
     @property
     def key(self) -> str:

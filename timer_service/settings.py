@@ -1,7 +1,7 @@
 """Settings, parsed once at the edge from TIMER_* environment variables (and .env)."""
 
 import re
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     retention_days: float = Field(default=30, gt=0)
     shutdown_grace_s: float = Field(default=10, ge=0)
     log_level: str = "INFO"
+    # OpenTelemetry spans: "none" (default: OpenTelemetry is not even imported),
+    # "console" (printed) or "otlp" (OTEL_EXPORTER_OTLP_* say where); the `otel` extra.
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
 
     # Callback targets (docs/operations.md, "Callback targets"): loopback and private
     # addresses are allowed as the contract says; turn them off in a cluster whose

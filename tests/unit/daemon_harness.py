@@ -15,6 +15,7 @@ from timer_service.metrics import Metrics
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
+from timer_service.tracing import NO_TRACING, Tracing
 
 BIZ = "orders"
 CLAIM_AHEAD_MS = 1000
@@ -53,13 +54,24 @@ def settings(**overrides: object) -> Settings:
 
 class Harness:
     def __init__(
-        self, store: MemoryStore, clock: FakeClock, watch: bool = True, **overrides: object
+        self,
+        store: MemoryStore,
+        clock: FakeClock,
+        watch: bool = True,
+        tracing: Tracing = NO_TRACING,
+        **overrides: object,
     ) -> None:
         self.store = store
         self.clock = clock
         self.queue = RecordingQueue(clock)
         self.daemon = Daemon(
-            settings(**overrides), store, self.queue, Metrics(), clock, holder_id=f"d-{id(self)}"
+            settings(**overrides),
+            store,
+            self.queue,
+            Metrics(),
+            clock,
+            holder_id=f"d-{id(self)}",
+            tracing=tracing,
         )
         # The change stream, as the daemon's watch task feeds it in production.
         self._watch = asyncio.create_task(self._feed_watch()) if watch else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Security
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +16,7 @@ from timer_service.api.context import ApiContext
 from timer_service.api.docs import install_openapi, operation_id
 from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
+from timer_service.api.observe import ObserveMiddleware
 from timer_service.api.problems import (
     Problem,
     UnhandledErrorMiddleware,
@@ -33,6 +36,7 @@ from timer_service.metrics import Metrics
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.tracing import NO_TRACING, Tracing
 from timer_service.wiring import scheduler as default_scheduler
 
 DESCRIPTION = """\
@@ -58,6 +62,16 @@ TAGS = [
 ]
 
 
+# Recent FastAPI releases trace and meter each request themselves (opentelemetry-api is
+# their dependency) as soon as a global OpenTelemetry provider exists. The service's own
+# middleware (api.observe) does that, once, under TIMER_OTEL_EXPORTER: theirs stays off.
+_FASTAPI_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def create_app(
     settings: Settings,
     store: Store,
@@ -67,6 +81,7 @@ def create_app(
     on_jobs_written: Callable[[Sequence[int]], None] | None = None,
     ready_checks: Sequence[Callable[[], Awaitable[None]]] = (),
     scheduler: Scheduler | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> FastAPI:
     ctx = ApiContext(settings, store, metrics, clock, on_jobs_written, tuple(ready_checks))
     if scheduler is None:
@@ -77,6 +92,7 @@ def create_app(
         description=DESCRIPTION,
         openapi_tags=TAGS,
         generate_unique_id_function=operation_id,
+        **_FASTAPI_TELEMETRY,
     )
     tokens = Tokens(settings.named_tokens())
     routers = [
@@ -90,11 +106,11 @@ def create_app(
     for router in routers:
         protected = router.prefix.startswith("/v1")
         app.include_router(router, dependencies=authenticated if protected else None)
+    api_routes = [
+        route for router in routers for route in router.routes if isinstance(route, APIRoute)
+    ]
     app.state.route_methods = [
-        (route.path_regex, frozenset(route.methods or ()))
-        for router in routers
-        for route in router.routes
-        if isinstance(route, APIRoute)
+        (route.path_regex, frozenset(route.methods or ())) for route in api_routes
     ]
 
     app.add_exception_handler(Problem, on_problem)
@@ -102,8 +118,8 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_request_validation)
 
-    # Added innermost first: errors -> host -> auth -> JSON only -> body limit -> the routes.
-    # Every refusal before the routes is decided on the request head, the body unread.
+    # Added innermost first: observe -> errors -> host -> auth -> JSON only -> body limit ->
+    # the routes. Every refusal before the routes is decided on the request head, the body unread.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(JsonBodiesOnlyMiddleware)
     app.add_middleware(BearerAuthMiddleware, tokens=tokens)
@@ -111,6 +127,9 @@ def create_app(
     if allowed_hosts is not None:
         app.add_middleware(AllowedHostsMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(UnhandledErrorMiddleware)
+    app.add_middleware(
+        ObserveMiddleware, metrics=metrics, clock=clock, tracing=tracing, routes=api_routes
+    )
 
     install_openapi(app)
     app.state.context = ctx

@@ -12,6 +12,7 @@ from timer_service.api.problems import Loc, Problem
 from timer_service.api.schemas import JobCreateIn, JobPatchIn
 from timer_service.errors import InvalidInput
 from timer_service.jobs import NewJob
+from timer_service.tracecontext import TraceContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +31,11 @@ def resolve_due(
         raise Problem.invalid([*loc, *exc.loc], str(exc)) from None
 
 
-def new_job(data: Any, now_ms: int, limits: Limits, loc: Loc = BODY) -> NewJob:
-    """Validate one create body; raises Problem (422 or 413)."""
+def new_job(
+    data: Any, now_ms: int, limits: Limits, loc: Loc = BODY, trace: TraceContext | None = None
+) -> NewJob:
+    """Validate one create body; raises Problem (422 or 413). `trace`: the request's
+    trace context, kept with the job for its callbacks."""
     request = validate(JobCreateIn, data, loc)
     due = resolve_due(request.due_at, request.delay_ms, now_ms, limits, loc)
     payload_json = encode_checked(request.payload, limits.max_payload_bytes, [*loc, "payload"])
@@ -41,6 +45,7 @@ def new_job(data: Any, now_ms: int, limits: Limits, loc: Loc = BODY) -> NewJob:
         due_at=due,
         payload_json=payload_json,
         compare_due=request.due_at is not None,
+        trace=trace,
     )
 
 

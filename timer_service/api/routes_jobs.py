@@ -34,6 +34,7 @@ from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateStatus, NewJob
 from timer_service.model import Job, JobState
 from timer_service.scheduling import Scheduler
+from timer_service.tracecontext import TraceContext
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,12 @@ _CONFLICT_DETAIL = "A job with this identity exists with a different due_at or p
 
 def job_location(job: Job) -> str:
     return f"/v1/jobs/{job.biz_type}/{job.job_id}"
+
+
+def request_trace(request: Request) -> TraceContext | None:
+    """The trace context jobs created by this request keep (set by api.observe)."""
+    trace = request.state.trace if hasattr(request.state, "trace") else None
+    return trace if isinstance(trace, TraceContext) else None
 
 
 def job_response(job: Job, status: int = 200) -> Response:
@@ -73,7 +80,7 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
     async def create_job(request: Request) -> Response:
         data = await read_json(request)
         now = clock.now_ms()
-        job = new_job(data, now, limits)
+        job = new_job(data, now, limits, trace=request_trace(request))
         [result] = await registrar.register([job], now)
         if isinstance(result, InvalidInput):
             raise Problem.invalid([*BODY, *result.loc], str(result))
@@ -95,11 +102,12 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
     async def create_jobs(request: Request) -> Response:
         items = _batch_items(await read_json(request))
         now = clock.now_ms()
+        trace = request_trace(request)
         results: list[dict[str, Any] | None] = [None] * len(items)
         accepted: list[tuple[int, NewJob]] = []
         for i, item in enumerate(items):
             try:
-                accepted.append((i, new_job(item, now, limits, (*BODY, "jobs", i))))
+                accepted.append((i, new_job(item, now, limits, (*BODY, "jobs", i), trace)))
             except Problem as problem:
                 results[i] = {"status": problem.status, "error": problem.body()}
         written = await registrar.register([job for _, job in accepted], now)

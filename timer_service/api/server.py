@@ -22,6 +22,7 @@ from timer_service.metrics import Metrics
 from timer_service.runtime import freeze_startup_heap, run_until_signal
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.tracing import build_tracing
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +109,11 @@ async def _setup_store(store: Store, stop: asyncio.Event) -> bool:
 
 async def _main(settings: Settings, stop: asyncio.Event) -> None:
     store = wiring.mongo_store(settings)
+    tracing = build_tracing(settings.otel_exporter, "timer-service-api")
     try:
         if not await _setup_store(store, stop):
             return
-        app = create_app(settings, store, Metrics(), SystemClock())
+        app = create_app(settings, store, Metrics(), SystemClock(), tracing=tracing)
         freeze_startup_heap()
         log.info("api listening", extra={"host": settings.http_host, "port": settings.http_port})
         await serve(
@@ -119,6 +121,7 @@ async def _main(settings: Settings, stop: asyncio.Event) -> None:
         )
     finally:
         await store.close()
+        tracing.close()
         log.info("api stopped")
 
 

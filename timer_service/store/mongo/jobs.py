@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from pymongo import ReturnDocument
 
@@ -102,9 +103,7 @@ class MongoJobs:
                 status = machine.repeat_status_by_fingerprint(
                     loc["due_at"], loc["payload_hash"], new
                 )
-                job = machine.new_job(
-                    NewJob(new.biz_type, new.job_id, loc["due_at"], new.payload_json), now_ms
-                )
+                job = machine.new_job(replace(new, due_at=loc["due_at"]), now_ms)
                 abandoned = now_ms - loc.get("created_at", now_ms) > ORPHAN_LOCATOR_MS
                 if loc.get("expire_at") is not None or (
                     status == CreateStatus.CONFLICT and abandoned

@@ -37,6 +37,7 @@ from timer_service.constants import (
 )
 from timer_service.jobs import Change, Guard, payload_fingerprint
 from timer_service.model import Attempt, Job, JobState, second_of
+from timer_service.tracecontext import TraceContext
 
 Doc = dict[str, Any]
 Collection = AsyncCollection[Doc]
@@ -140,7 +141,23 @@ def job_to_doc(job: Job, second: int) -> Doc:
         "budget_base": job.budget_base,
         "sending": job.sending,
         "expire_at": None,
+        **trace_fields(job.trace),
     }
+
+
+def trace_fields(trace: TraceContext | None) -> Doc:
+    """A job's trace context as document fields: none for the many jobs without one."""
+    if trace is None:
+        return {}
+    fields: Doc = {"traceparent": trace.traceparent}
+    if trace.tracestate is not None:
+        fields["tracestate"] = trace.tracestate
+    return fields
+
+
+def trace_of(doc: Doc) -> TraceContext | None:
+    traceparent = doc.get("traceparent")
+    return None if traceparent is None else TraceContext(traceparent, doc.get("tracestate"))
 
 
 def locator_doc(job: Job, now_ms: int) -> Doc:
@@ -177,6 +194,7 @@ def doc_to_job(doc: Doc) -> Job:
         claimed_at=doc.get("claimed_at"),
         budget_base=doc.get("budget_base", 0),
         sending=doc.get("sending"),
+        trace=trace_of(doc),
     )
 
 
