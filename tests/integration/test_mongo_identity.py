@@ -11,9 +11,11 @@ import pytest
 
 from tests.contract.stores import NOW, attempt, new
 from tests.support import SecantusServer, unique_name
+from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.jobs import CreateStatus
 from timer_service.model import JobState, second_of
+from timer_service.search import JobFilter
 from timer_service.store.mongo import MongoStore
 
 pytestmark = pytest.mark.integration
@@ -43,6 +45,22 @@ async def test_a_finished_job_s_locator_expires_after_it(store: MongoStore) -> N
     job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
     loc = await store.layout.locator.find_one({"_id": "orders/a"})
     assert job_doc is not None and loc is not None
+    assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
+
+
+@pytest.mark.parametrize("how", ["cancel", "bulk cancel"])
+async def test_a_cancelled_job_s_locator_expires_after_it(store: MongoStore, how: str) -> None:
+    await store.jobs.create_jobs([new("a")], NOW)
+    if how == "cancel":
+        await store.jobs.cancel_job("orders", "a", NOW + 1)
+    else:
+        [job], _ = await store.console.search_jobs(JobFilter(biz_type="orders"), 10, None)
+        change = machine.cancel(job, NOW + 1)
+        assert change is not None
+        await store.console.apply_changes([(job, change)], NOW + 1)
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    loc = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert job_doc is not None and job_doc["state"] == "cancelled" and loc is not None
     assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
 
 

@@ -103,9 +103,10 @@ class MongoConsole:
             now = {d["_id"]: (d["state"], d.get("updated_at")) for d in docs}
             changed = [(j, ch) for j, ch in changed if now.get(j.key) == (j.state, j.updated_at)]
         finished = [j.key for j, ch in changed if ch.finishes]
-        if finished:
+        if finished:  # the locator outlives its job (layout.locator_expire_at)
             await self._l.locator.update_many(
-                {"_id": {"$in": finished}}, {"$set": {"expire_at": expire_at}}
+                {"_id": {"$in": finished}},
+                {"$set": {"expire_at": self._l.locator_expire_at(now_ms)}},
             )
         return [j for j, _ in changed]
 

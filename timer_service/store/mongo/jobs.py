@@ -224,8 +224,8 @@ class MongoJobs:
         )
         if updated is None:
             return None
-        if change.finishes:
+        if change.finishes:  # the locator outlives its job (layout.locator_expire_at)
             await self._l.locator.update_one(
-                {"_id": doc["_id"]}, {"$set": {"expire_at": expire_at}}
+                {"_id": doc["_id"]}, {"$set": {"expire_at": self._l.locator_expire_at(now_ms)}}
             )
         return doc_to_job(updated)
