@@ -31,6 +31,7 @@ from timer_service.metrics import Metrics
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.ui import install_console, install_docs
 from timer_service.wiring import scheduler as default_scheduler
 
 DESCRIPTION = """\
@@ -65,6 +66,9 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         openapi_tags=TAGS,
+        # Swagger UI from local assets (install_docs); FastAPI's own pages load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     routers = [
         build_biz_router(ctx),
@@ -93,6 +97,8 @@ def create_app(
     app.add_middleware(UnhandledErrorMiddleware)
 
     install_openapi(app)
+    install_docs(app)
+    install_console(app)
     app.state.context = ctx
     app.state.scheduler = scheduler
     return app
