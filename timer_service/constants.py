@@ -26,6 +26,11 @@ DEFAULT_BUCKETS = 60
 # How long a stopping process waits for a cancelled task before leaving it behind.
 TASK_STOP_TIMEOUT_S = 3.0
 
+# Job labels (docs/api.md, "Labels"): a flat object of string pairs.
+LABEL_KEY_PATTERN = r"^[a-z0-9_.-]{1,32}$"
+MAX_LABELS = 8
+MAX_LABEL_VALUE_CHARS = 128
+
 MAX_BATCH_ITEMS = 1000
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 100

@@ -47,6 +47,14 @@ def canonical_json(text: str) -> str:
     return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
 
 
+Labels = tuple[tuple[str, str], ...]  # a job's labels as sorted (key, value) pairs
+
+
+def labels_of(mapping: dict[str, str] | None) -> Labels:
+    """Labels in their one spelling: sorted pairs, so equal objects compare equal."""
+    return tuple(sorted((mapping or {}).items()))
+
+
 def second_of(ms: int) -> int:
     return ms // 1000
 
@@ -87,6 +95,7 @@ class Job:
     delivered_at: int | None = None
     last_error: str | None = None
     history: tuple[Attempt, ...] = ()
+    labels: Labels = ()
     # Internal bookkeeping, never shown by the API.
     claim: str | None = None  # token of the dispatch that owns the job now
     fence: int = 0  # lease token of the daemon that claimed it last
@@ -119,6 +128,7 @@ class Job:
             "delivered_at": self.delivered_at,
             "last_error": self.last_error,
             "history": [a.to_dict() for a in self.history],
+            "labels": dict(self.labels),
         }
 
     def evolve(self, **changes: Any) -> Job:

@@ -317,6 +317,7 @@ async def test_create_with_due_at(api: Api) -> None:
         "delivered_at": None,
         "last_error": None,
         "history": [],
+        "labels": {},
     }
     assert api.created_total("orders") == 1.0
     assert api.written == [[(NOW + 60_000) // 1000]]

@@ -12,6 +12,7 @@ from timer_service.api.problems import Loc, Problem
 from timer_service.api.schemas import JobCreateIn, JobPatchIn
 from timer_service.errors import InvalidInput
 from timer_service.jobs import NewJob
+from timer_service.model import labels_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ def new_job(data: Any, now_ms: int, limits: Limits, loc: Loc = BODY) -> NewJob:
         due_at=due,
         payload_json=payload_json,
         compare_due=request.due_at is not None,
+        labels=labels_of(request.labels),
     )
 
 

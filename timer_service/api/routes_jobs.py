@@ -39,7 +39,7 @@ BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
 
 _STATUS = {CreateStatus.CREATED: 201, CreateStatus.EXISTS: 200, CreateStatus.CONFLICT: 409}
-_CONFLICT_DETAIL = "A job with this identity exists with a different due_at or payload."
+_CONFLICT_DETAIL = "A job with this identity exists with a different due_at, payload or labels."
 
 
 def job_location(job: Job) -> str:

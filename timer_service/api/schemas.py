@@ -26,6 +26,9 @@ from timer_service.constants import (
     BIZ_TYPE_PATTERN,
     DEFAULT_SECRET_OVERLAP_S,
     JOB_ID_PATTERN,
+    LABEL_KEY_PATTERN,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_LABELS,
     MAX_SECRET_OVERLAP_S,
 )
 from timer_service.model import JobState, RetryPolicy
@@ -138,6 +141,21 @@ CallbackUrl = Annotated[
 ]
 
 
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL_VALUE_CHARS)]
+Labels = Annotated[
+    dict[LabelKey, LabelValue],
+    Field(
+        max_length=MAX_LABELS,
+        description=(
+            f"At most {MAX_LABELS} pairs; key `{LABEL_KEY_PATTERN}`, value a string of at most"
+            f" {MAX_LABEL_VALUE_CHARS} characters. Filter by them with `label=key:value`."
+        ),
+        examples=[{"tenant": "acme", "region": "eu-1"}],
+    ),
+]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
@@ -196,6 +214,7 @@ class JobCreateIn(_Strict):
     due_at: DueAt | None = None
     delay_ms: DelayMs | None = None
     payload: Any = Field(None, description="Any JSON value (absent = null).")
+    labels: Labels | None = Field(None, description="Absent or null = no labels.")
 
 
 class JobBatchIn(BaseModel):
@@ -268,6 +287,7 @@ class JobOut(BaseModel):
     delivered_at: int | None
     last_error: str | None
     history: list[AttemptOut]
+    labels: dict[str, str]
 
 
 class JobPageOut(BaseModel):

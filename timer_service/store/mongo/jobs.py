@@ -21,6 +21,7 @@ from timer_service.store.mongo.layout import (
     guard_filter,
     insert_ignoring_duplicates,
     job_to_doc,
+    labels_of_terms,
     locator_doc,
     stays_in_bucket,
 )
@@ -100,10 +101,17 @@ class MongoJobs:
                 # locator and finish the creator's work; an identity whose job expired,
                 # or whose creator left it long ago, is free for a new request.
                 status = machine.repeat_status_by_fingerprint(
-                    loc["due_at"], loc["payload_hash"], new
+                    loc["due_at"], loc["payload_hash"], labels_of_terms(loc.get("labels")), new
                 )
                 job = machine.new_job(
-                    NewJob(new.biz_type, new.job_id, loc["due_at"], new.payload_json), now_ms
+                    NewJob(
+                        new.biz_type,
+                        new.job_id,
+                        loc["due_at"],
+                        new.payload_json,
+                        labels=new.labels,
+                    ),
+                    now_ms,
                 )
                 abandoned = now_ms - loc.get("created_at", now_ms) > ORPHAN_LOCATOR_MS
                 if loc.get("expire_at") is not None or (

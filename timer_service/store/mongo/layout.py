@@ -35,7 +35,7 @@ from timer_service.constants import (
     SECONDS_COLLECTION,
 )
 from timer_service.jobs import Change, Guard, payload_fingerprint
-from timer_service.model import Attempt, Job, JobState, second_of
+from timer_service.model import Attempt, Job, JobState, Labels, labels_of, second_of
 
 Doc = dict[str, Any]
 Collection = AsyncCollection[Doc]
@@ -138,6 +138,7 @@ def job_to_doc(job: Job, second: int) -> Doc:
         "published": job.published,
         "budget_base": job.budget_base,
         "sending": job.sending,
+        "labels": dict(job.labels),
         "expire_at": None,
     }
 
@@ -150,9 +151,20 @@ def locator_doc(job: Job, now_ms: int) -> Doc:
         "second": second_of(job.next_attempt_at or job.due_at),
         "due_at": job.due_at,
         "payload_hash": payload_fingerprint(job.payload_json),
+        "labels": label_terms(job.labels),
         "created_at": now_ms,
         "expire_at": None,
     }
+
+
+def label_terms(labels: Labels) -> list[str]:
+    """Labels as the locator indexes them: one "key:value" string per pair (a key never
+    holds ':'), in a multikey index with the biz type (docs/api.md, "Search")."""
+    return [f"{key}:{value}" for key, value in labels]
+
+
+def labels_of_terms(terms: list[str] | None) -> Labels:
+    return tuple(sorted(tuple(t.split(":", 1)) for t in terms or ()))  # type: ignore[misc]
 
 
 def doc_to_job(doc: Doc) -> Job:
@@ -177,6 +189,7 @@ def doc_to_job(doc: Doc) -> Job:
         published=doc.get("published", False),
         budget_base=doc.get("budget_base", 0),
         sending=doc.get("sending"),
+        labels=labels_of(doc.get("labels")),
     )
 
 
