@@ -26,6 +26,7 @@ TOKEN = "console-e2e-token"
 TOKEN_KEY = "timer-console-token"  # app.js keeps the token under this sessionStorage key
 UI_TIMEOUT_MS = 30_000
 BULK_JOBS = 1000
+expect.set_options(timeout=UI_TIMEOUT_MS)
 
 
 @pytest.fixture(scope="module")
