@@ -106,9 +106,16 @@ export async function bizTypeView(main, [name], life) {
     searchSection(name),
   );
   show(config);
+  let failing = false;
   life.poll(async () => {
-    const item = await api("GET", `/v1/biz-types/${enc(name)}/stats`);
-    if (life.alive) stats.update(item);
+    try {
+      const item = await api("GET", `/v1/biz-types/${enc(name)}/stats`);
+      if (life.alive) stats.update(item);
+      failing = false;
+    } catch (error) {
+      if (!failing) showError(error); // once, not every poll
+      failing = true;
+    }
   });
 }
 
