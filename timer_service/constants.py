@@ -16,6 +16,7 @@ LEASES_COLLECTION = "leases"
 POINTERS_COLLECTION = "pointers"
 BROKERS_COLLECTION = "brokers"  # broker heartbeats: which biz types a live broker holds
 SCHEDULES_COLLECTION = "schedules"
+AUDIT_COLLECTION = "audit"  # operator actions, kept for the retention period
 
 # A bucket per second of the minute: few enough collections for any MongoDB
 # (two WiredTiger files each), while consecutive seconds land in different

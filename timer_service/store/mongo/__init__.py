@@ -11,7 +11,9 @@ from pymongo import ASCENDING, AsyncMongoClient, WriteConcern
 from pymongo.errors import OperationFailure
 
 from timer_service.errors import StoreUnavailable
+from timer_service.store.mongo.audit import MongoAudit
 from timer_service.store.mongo.biz_types import MongoBizTypes
+from timer_service.store.mongo.console import MongoConsole
 from timer_service.store.mongo.dispatch import MongoDispatch
 from timer_service.store.mongo.errors import UNAVAILABLE, translated
 from timer_service.store.mongo.jobs import MongoJobs
@@ -77,7 +79,10 @@ class MongoStore:
         concern = WriteConcern(w=durable.get("w"), j=durable.get("journal"))
         acknowledged = Layout(self._client, db_name, buckets, retention_ms, concern)
         self.biz_types = translated(MongoBizTypes(acknowledged))
-        self.jobs = translated(MongoJobs(acknowledged, Mover(acknowledged)))
+        mover = Mover(acknowledged)  # one per process: it runs one transaction at a time
+        self.jobs = translated(MongoJobs(acknowledged, mover))
+        self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
+        self.audit = translated(MongoAudit(acknowledged))
         self.dispatch = translated(MongoDispatch(self.layout))
         self.leases = translated(MongoLeases(self.layout))
         self.outcomes = translated(MongoOutcomes(self.layout, Mover(self.layout)))
@@ -96,6 +101,12 @@ class MongoStore:
         layout = self.layout
         await layout.locator.create_index("expire_at", expireAfterSeconds=0)
         await layout.locator.create_index([("biz_type", ASCENDING), ("_id", ASCENDING)])
+        # The console's label search: labels never change, so the locator (written once
+        # per job, never on the hot path) carries them (docs/api.md, "Search").
+        await layout.locator.create_index(
+            [("biz_type", ASCENDING), ("labels", ASCENDING), ("_id", ASCENDING)]
+        )
+        await MongoAudit(layout).create_indexes()
         await layout.brokers.create_index("expires_at")
         for coll in layout.buckets:
             await coll.create_index(
@@ -112,6 +123,9 @@ class MongoStore:
             with contextlib.suppress(OperationFailure):
                 await coll.drop_index("biz_type_1_state_1")
             await coll.create_index("expire_at", expireAfterSeconds=0)
+            # The console's stats: the jobs attempted in the last minutes (an outcome
+            # pushes one entry; a claim leaves it alone).
+            await coll.create_index("history.at")
 
     async def close(self) -> None:
         await self._client.close()
