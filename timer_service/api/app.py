@@ -22,6 +22,7 @@ from timer_service.api.problems import (
     on_request_validation,
 )
 from timer_service.api.routes_biz import build_biz_router
+from timer_service.api.routes_console import build_console_router
 from timer_service.api.routes_health import build_health_router
 from timer_service.api.routes_jobs import build_jobs_router
 from timer_service.api.routes_schedules import build_schedules_router
@@ -44,6 +45,10 @@ TAGS = [
     {"name": "biz types", "description": "Each business's callback, limits and retry policy."},
     {"name": "jobs", "description": "Timers: create, read, list, cancel, reschedule, replay."},
     {"name": "schedules", "description": "Recurring schedules; each occurrence is a job."},
+    {
+        "name": "console",
+        "description": "For operators: bulk cancel and replay by filter, the audit log, stats.",
+    },
     {"name": "health", "description": "Liveness, readiness and Prometheus metrics (no auth)."},
 ]
 
@@ -74,6 +79,7 @@ def create_app(
         build_biz_router(ctx),
         build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
+        build_console_router(ctx, scheduler),
         build_health_router(ctx),
     ]
     for router in routers:

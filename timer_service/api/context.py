@@ -6,7 +6,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
+from fastapi import Request
+
+from timer_service.audit import AuditAction, new_entry
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.registration import Registrar
@@ -36,6 +40,16 @@ class ApiContext:
             biz_types=self.store.biz_types,
             on_jobs_written=self.on_jobs_written,
         )
+
+    async def audit(
+        self, request: Request, action: AuditAction, biz_type: str, **fields: Any
+    ) -> None:
+        """Record an operator action, by the token's name the auth layer put on the
+        request. Recorded before the answer: a store error fails the request (whose
+        change is done; retrying it is safe), rather than leaving the action unrecorded."""
+        actor = getattr(request.state, "actor", "anonymous")
+        entry = new_entry(self.clock.now_ms(), actor, action, biz_type, **fields)
+        await self.store.audit.record(entry)
 
     def jobs_written(self, seconds: Sequence[int]) -> None:
         """Tell whoever listens (the in-process daemon of `dev`) which seconds got jobs;

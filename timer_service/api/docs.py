@@ -9,6 +9,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from timer_service.api.console_schemas import BulkIn
 from timer_service.api.problems import PROBLEM_MEDIA_TYPE, TITLES
 from timer_service.api.schemas import (
     BizTypeIn,
@@ -25,6 +26,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobCreateIn,
     JobBatchIn,
     JobPatchIn,
+    BulkIn,
 )
 
 _DESCRIPTIONS = {

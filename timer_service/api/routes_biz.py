@@ -18,6 +18,7 @@ from timer_service.api.schemas import (
     SecretRotatedOut,
     SecretRotateIn,
 )
+from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN
 from timer_service.model import BizType, RetryPolicy
 from timer_service.signing import generate_secret
@@ -60,6 +61,10 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             biz = existing.replaced_by(biz, now)
         was_created = await store.biz_types.put_biz_type(biz)
         stored = await store.biz_types.get_biz_type(biz_type) or biz
+        detail = {"created": was_created, "paused": stored.paused}
+        if existing is not None and existing.paused != stored.paused:
+            detail["was_paused"] = existing.paused
+        await ctx.audit(request, AuditAction.BIZ_TYPE_PUT, biz_type, detail=detail)
         return JSONResponse(stored.to_public(now), 201 if was_created else 200)
 
     @router.post(
@@ -86,6 +91,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         new_secret = rotation.signing_secret or generate_secret()
         rotated = biz.rotate_secret(new_secret, rotation.keep_previous_for_s * 1000, now)
         await store.biz_types.put_biz_type(rotated)
+        detail = {"keep_previous_for_s": rotation.keep_previous_for_s}
+        await ctx.audit(request, AuditAction.BIZ_TYPE_ROTATE_SECRET, biz_type, detail=detail)
         return JSONResponse({**rotated.to_public(now), "signing_secret": new_secret})
 
     @router.get(
@@ -117,9 +124,10 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=problems(404, 409, 422),
     )
-    async def delete_biz_type(biz_type: BizTypePath) -> Response:
+    async def delete_biz_type(biz_type: BizTypePath, request: Request) -> Response:
         if not await store.biz_types.delete_biz_type(biz_type):
             raise Problem(404, f"No biz type {biz_type!r}.")
+        await ctx.audit(request, AuditAction.BIZ_TYPE_DELETE, biz_type)
         return Response(status_code=204)
 
     return router
