@@ -227,12 +227,18 @@ def test_pause_and_resume_a_biz_type(
     confirm(page, f"PUT /v1/biz-types/{biz}")
     expect(page.get_by_test_id("paused-badge")).to_have_text("paused")
     assert client.get(f"/v1/biz-types/{biz}").json()["paused"] is True
-    create_jobs(client, [{"biz_type": biz, "job_id": "held", "delay_ms": 0}])
-    # Held while paused: pending, or dispatched and held by the notifier.
+    # Due 3 s after the pause: a pause reaches the notifiers within about a second
+    # (docs/api.md), so a job due at once could still go out.
+    create_jobs(client, [{"biz_type": biz, "job_id": "held", "delay_ms": 3000}])
+    due_at = client.get(f"/v1/jobs/{biz}/held").json()["due_at"]
+    # Held: pending, or dispatched and held by the notifier; still so past its due time.
     page.wait_for_function(
         "['pending', 'dispatched'].some(f => document.querySelector("
         "`[data-testid=biz-stats] [data-field=${f}]`).textContent === '1')"
     )
+    page.wait_for_function(f"Date.now() > {due_at + 1500}")
+    held = client.get(f"/v1/jobs/{biz}/held").json()
+    assert held["state"] in ("pending", "dispatched"), f"expected held while paused, got {held}"
     expect(stat(page, "delivered")).to_have_text("0")
 
     page.get_by_test_id("pause-toggle").click()
