@@ -90,9 +90,14 @@ class SwitchableReceiver:
         )
 
 
-def screenshot(page: Any, name: str) -> None:
-    """Writes docs/console/<name>.png when CONSOLE_SCREENSHOTS=1."""
+def screenshot(page: Any, name: str, scroll_to: Any = None) -> None:
+    """Writes docs/console/<name>.png (the viewport, `scroll_to` a locator brought into
+    view first) when CONSOLE_SCREENSHOTS=1."""
     if not SCREENSHOTS:
         return
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT_DIR / f"{name}.png"), full_page=True)
+    if scroll_to is None:
+        page.evaluate("window.scrollTo(0, 0)")
+    else:
+        scroll_to.evaluate("node => node.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(SCREENSHOT_DIR / f"{name}.png"))

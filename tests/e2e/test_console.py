@@ -154,7 +154,6 @@ def test_register_a_biz_type_and_watch_its_jobs_fire(
     create_jobs(client, jobs)
     page.goto("/ui/#/")
     expect(overview_cell(page, "console-orders", "pending")).to_have_text("20")
-    screenshot(page, "overview")
     expect(overview_cell(page, "console-orders", "delivered_last_minute")).to_have_text("20")
     expect(overview_cell(page, "console-orders", "pending")).to_have_text("0")
     assert receiver.jobs_answered(200) == {j["job_id"] for j in jobs}
@@ -202,12 +201,19 @@ def test_find_a_dead_job_by_label_then_bulk_replay_a_thousand(
     confirm(page, "1,000 jobs would be replayed")
     status = page.get_by_test_id("bulk-status")
     expect(status).to_contain_text("replay done: 1,000 replayed", timeout=120_000)
-    screenshot(page, "bulk-replay")
+    # The results refreshed: no dead job of the batch is left.
+    expect(page.get_by_test_id("search-results-empty")).to_be_visible()
+    letters = page.get_by_test_id("dead-letters").get_by_test_id("job-row")
+    expect(letters).to_have_count(1)  # the dead letters refreshed too: acme-7 is left
+    screenshot(page, "bulk-replay", scroll_to=page.get_by_test_id("search-section"))
     receiver.wait_answered({j["job_id"] for j in batch}, 200, timeout_s=180)
     expect(stat(page, "dead")).to_have_text("1")
     expect(stat(page, "delivered")).to_have_text("1,000")
     assert "acme-7" not in receiver.jobs_answered(200), "replayed a job outside the filter"
     assert receiver.bodies["acme-7"]["labels"] == {"tenant": "acme"}, receiver.bodies["acme-7"]
+    page.goto("/ui/#/")
+    expect(overview_cell(page, biz, "dead")).to_have_text("1")
+    screenshot(page, "overview")
 
     rows = audit_rows(page, biz, "jobs.bulk_replay")
     expect(rows.first).to_be_visible()

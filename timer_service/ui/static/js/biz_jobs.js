@@ -13,7 +13,8 @@ function listJobs(params) {
   return (cursor) => api("GET", `/v1/jobs${query({ ...params, limit: PAGE_SIZE, cursor })}`);
 }
 
-export function deadLettersSection(bizType) {
+// Both sections return {node, reload}; `onChanged` runs after a bulk action changed jobs.
+export function deadLettersSection(bizType, onChanged) {
   const list = pager({
     load: listJobs({ biz_type: bizType, state: "dead" }),
     render: jobsTable,
@@ -25,14 +26,14 @@ export function deadLettersSection(bizType) {
   replayAll.addEventListener("click", async () => {
     replayAll.disabled = true;
     try {
-      await runBulk("replay", { biz_type: bizType }, progress);
+      if (await runBulk("replay", { biz_type: bizType }, progress)) onChanged();
       list.reload();
     } finally {
       replayAll.disabled = false;
     }
   });
   list.reload();
-  return h(
+  const node = h(
     "section",
     { class: "panel", testid: "dead-letters-section" },
     h(
@@ -45,6 +46,7 @@ export function deadLettersSection(bizType) {
     progress,
     list.node,
   );
+  return { node, reload: list.reload };
 }
 
 // "k:v, k2:v2" -> ["k:v", "k2:v2"]
@@ -65,7 +67,7 @@ function labelObject(terms) {
   return labels;
 }
 
-export function searchSection(bizType) {
+export function searchSection(bizType, onChanged) {
   const state = h("select", { name: "state", testid: "search-state" }, STATES.map((s) => h("option", { value: s }, s || "any")));
   const labels = h("input", { name: "label", placeholder: "tenant:acme, region:eu", testid: "search-label" });
   const prefix = h("input", { name: "job_id_prefix", placeholder: "order-", testid: "search-prefix" });
@@ -107,8 +109,8 @@ export function searchSection(bizType) {
     button.addEventListener("click", async () => {
       button.disabled = true;
       try {
-        await runBulk(action, bulkFilter(), progress);
-        results.refresh();
+        if (await runBulk(action, bulkFilter(), progress)) onChanged();
+        results.reload();
       } catch (error) {
         showError(error);
       } finally {
@@ -139,7 +141,7 @@ export function searchSection(bizType) {
     bulkButton("cancel", "Bulk cancel…"),
   );
   results.reload();
-  return h(
+  const node = h(
     "section",
     { class: "panel", testid: "search-section" },
     h("h2", {}, "Search jobs"),
@@ -153,4 +155,5 @@ export function searchSection(bizType) {
     progress,
     results.node,
   );
+  return { node, reload: results.reload };
 }

@@ -89,6 +89,8 @@ export async function bizTypeView(main, [name], life) {
     );
   });
 
+  const deadLetters = deadLettersSection(name, () => search.reload());
+  const search = searchSection(name, () => deadLetters.reload());
   replaceChildren(
     main,
     h(
@@ -102,8 +104,8 @@ export async function bizTypeView(main, [name], life) {
     summary,
     stats.node,
     h("details", { class: "panel", testid: "config-panel" }, h("summary", {}, "Config"), formSlot),
-    deadLettersSection(name),
-    searchSection(name),
+    deadLetters.node,
+    search.node,
   );
   show(config);
   let failing = false;

@@ -55,7 +55,7 @@ export async function overviewView(main, _params, life) {
     h(
       "table",
       { class: "overview", testid: "overview-table" },
-      h("thead", {}, h("tr", {}, COLUMNS.map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, COLUMNS.map((t, i) => h("th", { class: i > 1 ? "num" : null }, t)))),
       tbody,
     ),
     h(
