@@ -96,12 +96,12 @@ def report(label: str, runs: list[tuple[float, dict[str, float]]]) -> None:
 def measure(base_url: str, jobs: int, runs: int) -> None:
     dead_text = f"{jobs:,}"
     overview_js = (
-        f"document.querySelector('[data-biz-type=\"{BIZ}\"] [data-field=\"dead\"]')"
+        f'document.querySelector(\'[data-biz-type="{BIZ}"] [data-field="dead"]\')'
         f"?.textContent === '{dead_text}'"
     )
     letters_js = (
-        "document.querySelectorAll('[data-testid=\"dead-letters\"] "
-        f"[data-testid=\"job-row\"]').length === {DEAD_LETTER_ROWS}"
+        'document.querySelectorAll(\'[data-testid="dead-letters"] '
+        f'[data-testid="job-row"]\').length === {DEAD_LETTER_ROWS}'
     )
     overview: list[Any] = []
     letters: list[Any] = []
