@@ -92,6 +92,7 @@ export function searchSection(bizType, onChanged) {
     render: jobsTable,
     testid: "search-results",
     empty: "No job matches.",
+    idle: "Choose a filter and press Search.",
   });
 
   const bulkFilter = () => {
@@ -140,7 +141,7 @@ export function searchSection(bizType, onChanged) {
     bulkButton("replay", "Bulk replay…"),
     bulkButton("cancel", "Bulk cancel…"),
   );
-  results.reload();
+  // No search until asked: the first paint of the page waits for the dead letters only.
   const node = h(
     "section",
     { class: "panel", testid: "search-section" },

@@ -4,11 +4,12 @@
 import { h, replaceChildren, showError } from "./dom.js";
 
 // load(cursor) -> {items, next_cursor}; render(items) -> a node (a table).
-export function pager({ load, render, testid, empty = "Nothing here." }) {
-  const body = h("div", { class: "pager-body" });
+export function pager({ load, render, testid, empty = "Nothing here.", idle = "Loading…" }) {
+  const body = h("div", { class: "pager-body" }, h("p", { class: "muted" }, idle));
   const status = h("span", { class: "muted", testid: `${testid}-page` });
   const prev = h("button", { onclick: () => go(cursors.length - 2), testid: `${testid}-prev` }, "‹ Previous");
   const next = h("button", { onclick: () => go(cursors.length), testid: `${testid}-next` }, "Next ›");
+  prev.disabled = next.disabled = true;
   const node = h("div", { class: "pager", testid }, body, h("div", { class: "pager-nav" }, prev, status, next));
   // cursors[i] is the cursor that loads page i (page 0: null); nextCursor follows the last.
   let cursors = [null];
