@@ -1,11 +1,13 @@
 """The audit log's entries: who did what to which biz type, when (docs/api.md, "Audit").
 
-An entry's id sorts by time (epoch ms first, then a random tail), so the newest
-entries come first in reverse id order and an id is the cursor to go on from.
+An entry's id sorts by time (epoch ms first, then a sequence number, then a random
+tail), so the newest entries come first in reverse id order and an id is the cursor
+to go on from.
 """
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -65,9 +67,13 @@ class AuditEntry:
         )
 
 
+_sequence = itertools.count()
+
+
 def entry_id(at_ms: int) -> str:
-    """A new entry's id: sorts by `at_ms`, unique across processes."""
-    return f"{at_ms:013d}-{secrets.token_hex(6)}"
+    """A new entry's id: sorts by `at_ms`, then (within one process) by the order of
+    recording; the random tail makes it unique across processes."""
+    return f"{at_ms:013d}-{next(_sequence) % 16**10:010x}-{secrets.token_hex(4)}"
 
 
 def new_entry(
