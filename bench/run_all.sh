@@ -26,4 +26,5 @@ run bench/herd_bench.py --herd 100000
 run bench/api_load_bench.py --duration 60
 run bench/list_bench.py --jobs 20000
 run bench/console_bench.py --jobs 10000 --runs 3
+run bench/console_paint_bench.py --jobs 10000 --runs 5
 echo "===== done ($(date -u +%H:%M:%S))" | tee -a "$log"

@@ -38,6 +38,7 @@ from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing
+from timer_service.ui import install_console, install_docs
 from timer_service.wiring import scheduler as default_scheduler
 
 DESCRIPTION = """\
@@ -98,6 +99,9 @@ def create_app(
         openapi_tags=TAGS,
         generate_unique_id_function=operation_id,
         **_FASTAPI_TELEMETRY,
+        # Swagger UI from local assets (install_docs); FastAPI's own pages load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     tokens = Tokens(settings.named_tokens())
     routers = [
@@ -138,6 +142,8 @@ def create_app(
     )
 
     install_openapi(app)
+    install_docs(app)
+    install_console(app)
     app.state.context = ctx
     app.state.scheduler = scheduler
     return app
