@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from timer_service.api.admission import AdmissionGate
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.registration import Registrar
@@ -27,6 +28,7 @@ class ApiContext:
     clock: Clock
     on_jobs_written: JobsWritten | None = None
     ready_checks: Sequence[ReadyCheck] = ()
+    admission: AdmissionGate | None = None
 
     @cached_property
     def registrar(self) -> Registrar:

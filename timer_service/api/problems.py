@@ -38,6 +38,7 @@ TITLES = {
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -64,6 +65,8 @@ HEADERS_TOO_LARGE = PROBLEMS_PATH + "headers-too-large"
 UNKNOWN_HOST = PROBLEMS_PATH + "unknown-host"
 INTERNAL = PROBLEMS_PATH + "internal"
 UNAVAILABLE = PROBLEMS_PATH + "unavailable"
+OVERLOADED = PROBLEMS_PATH + "overloaded"
+OVER_QUOTA = PROBLEMS_PATH + "over-quota"
 
 TYPE_BY_STATUS = {
     400: BAD_REQUEST,
@@ -75,6 +78,7 @@ TYPE_BY_STATUS = {
     413: TOO_LARGE,
     415: UNSUPPORTED_MEDIA_TYPE,
     422: VALIDATION,
+    429: OVER_QUOTA,
     431: HEADERS_TOO_LARGE,
     500: INTERNAL,
     503: UNAVAILABLE,
@@ -102,6 +106,11 @@ PROBLEM_DESCRIPTIONS = {
     INTERNAL: "An unexpected error; it is logged.",
     UNAVAILABLE: "The job store (or a dependency) is not answering; retry after"
     " `Retry-After` seconds.",
+    OVERLOADED: "The API has as many requests at work as it takes"
+    " (TIMER_API_MAX_INFLIGHT) and refused this one at once; retry after `Retry-After`"
+    " seconds.",
+    OVER_QUOTA: "The biz type's registration quota (`registration_rate_per_s`,"
+    " `registration_burst`) is used up for now; retry after `Retry-After` seconds.",
 }
 
 
