@@ -10,6 +10,7 @@ from functools import cached_property
 from timer_service.api.admission import AdmissionGate
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
+from timer_service.quota import RegistrationQuota
 from timer_service.registration import Registrar
 from timer_service.settings import Settings
 from timer_service.store.base import Store
@@ -37,6 +38,7 @@ class ApiContext:
             self.metrics,
             biz_types=self.store.biz_types,
             on_jobs_written=self.on_jobs_written,
+            quota=RegistrationQuota(),
         )
 
     def jobs_written(self, seconds: Sequence[int]) -> None:

@@ -22,6 +22,7 @@ from timer_service.errors import (
     StoreUnavailable,
     TimerServiceError,
 )
+from timer_service.quota import OverQuota
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,8 @@ def _domain_status(exc: TimerServiceError) -> int:
         return 422
     if isinstance(exc, StoreUnavailable):
         return 503
+    if isinstance(exc, OverQuota):
+        return 429
     return 500
 
 
@@ -284,6 +287,8 @@ async def on_domain_error(_: Request, exc: Exception) -> Response:
         return problem_response(422, str(exc), [field_error(exc.loc, str(exc))])
     if isinstance(exc, CallbackInFlight):
         return problem_response(409, str(exc), type_=CALLBACK_IN_FLIGHT)
+    if isinstance(exc, OverQuota):
+        return problem_response(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
     if isinstance(exc, StoreUnavailable):
         log.warning("store unavailable", extra={"error": repr(exc.__cause__ or exc)})
         return problem_response(
