@@ -26,8 +26,10 @@ from timer_service.metrics import Metrics
 GATED_PREFIX = "/v1/"
 # /readyz answers 503 while the gate refused a request this recently.
 SHEDDING_HOLD_MS = 1000
-# The slot-hold time assumed before any request has finished (a create on a busy store).
-INITIAL_HOLD_MS = 20.0
+# The slot-hold time assumed before any request has finished: a create on a busy store.
+# Cautious, so a cold burst queues few (640 at the defaults) rather than thousands that
+# would wait their whole second for slots a slow store does not free.
+INITIAL_HOLD_MS = 100.0
 HOLD_SMOOTHING = 0.1  # weight of the newest request in the moving average
 MIN_RETRY_AFTER_S = 1
 MAX_RETRY_AFTER_S = 30
