@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
 from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import install_openapi, operation_id
@@ -89,7 +90,12 @@ def create_app(
     scheduler: Scheduler | None = None,
     tracing: Tracing = NO_TRACING,
 ) -> FastAPI:
-    ctx = ApiContext(settings, store, metrics, clock, on_jobs_written, tuple(ready_checks))
+    admission = AdmissionGate(
+        settings.api_max_inflight, settings.api_admission_wait_ms, clock, metrics
+    )
+    ctx = ApiContext(
+        settings, store, metrics, clock, on_jobs_written, tuple(ready_checks), admission
+    )
     if scheduler is None:
         scheduler = default_scheduler(store, metrics, clock)
     app = FastAPI(
@@ -128,10 +134,12 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_request_validation)
 
-    # Added innermost first: observe -> errors -> host -> auth -> JSON only -> body limit ->
-    # the routes. Every refusal before the routes is decided on the request head, the body unread.
+    # Added innermost first: observe -> errors -> host -> auth -> admission -> JSON only ->
+    # body limit -> the routes. Every refusal before the routes is decided on the request
+    # head, the body unread.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(JsonBodiesOnlyMiddleware)
+    app.add_middleware(AdmissionMiddleware, gate=admission, clock=clock)
     app.add_middleware(BearerAuthMiddleware, tokens=tokens)
     allowed_hosts = settings.allowed_host_list()
     if allowed_hosts is not None:

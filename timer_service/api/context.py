@@ -10,9 +10,11 @@ from typing import Any
 
 from fastapi import Request
 
+from timer_service.api.admission import AdmissionGate
 from timer_service.audit import AuditAction, new_entry
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
+from timer_service.quota import RegistrationQuota
 from timer_service.registration import Registrar
 from timer_service.settings import Settings
 from timer_service.store.base import Store
@@ -31,6 +33,7 @@ class ApiContext:
     clock: Clock
     on_jobs_written: JobsWritten | None = None
     ready_checks: Sequence[ReadyCheck] = ()
+    admission: AdmissionGate | None = None
 
     @cached_property
     def registrar(self) -> Registrar:
@@ -39,6 +42,7 @@ class ApiContext:
             self.metrics,
             biz_types=self.store.biz_types,
             on_jobs_written=self.on_jobs_written,
+            quota=RegistrationQuota(),
         )
 
     async def audit(

@@ -23,6 +23,7 @@ from timer_service.api.schemas import (
 from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN
 from timer_service.model import BizType, RetryPolicy
+from timer_service.quota import default_registration_burst
 from timer_service.signing import generate_secret
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
@@ -57,6 +58,13 @@ def check_preconditions(request: Request, existing: BizType | None) -> None:
         tags = _tags(if_none_match)
         if "*" in tags or etag(existing) in tags:
             raise Problem(412, f"If-None-Match {if_none_match}: the biz type exists.")
+
+
+def registration_burst(config: BizTypeIn) -> int | None:
+    """The burst stored: as given, else one second's worth of a quota that has a rate."""
+    if config.registration_burst is not None or config.registration_rate_per_s is None:
+        return config.registration_burst
+    return default_registration_burst(config.registration_rate_per_s)
 
 
 def build_biz_router(ctx: ApiContext) -> APIRouter:
@@ -98,6 +106,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             retry=RetryPolicy(**config.retry.model_dump()),
             signing_secret=config.signing_secret,
             paused=config.paused,
+            registration_rate_per_s=config.registration_rate_per_s,
+            registration_burst=registration_burst(config),
             created_at=now,
             updated_at=now,
         )

@@ -219,6 +219,23 @@ class BizTypeIn(_Strict):
     retry: RetryPolicyIn = Field(default_factory=lambda: RetryPolicyIn.model_validate({}))
     signing_secret: SigningSecret | None = None
     paused: bool = False
+    registration_rate_per_s: float | None = Field(
+        None,
+        ge=MIN_RATE_LIMIT_PER_S,
+        description=(
+            "Jobs this biz type may create per second on each API process (over it: 429"
+            " with `Retry-After`); null or absent = unlimited."
+        ),
+    )
+    registration_burst: Int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BURST,
+        description=(
+            "Jobs it may create at once on top of the rate; absent = one second's worth"
+            " (`ceil(registration_rate_per_s)`)."
+        ),
+    )
 
 
 class SecretRotateIn(_Strict):
@@ -321,6 +338,8 @@ class BizTypeOut(BaseModel):
         description="While callbacks are also signed with the previous secret: until when."
     )
     paused: bool
+    registration_rate_per_s: float | None
+    registration_burst: int | None
     created_at: int
     updated_at: int
 
