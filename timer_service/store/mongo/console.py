@@ -104,10 +104,7 @@ class MongoConsole:
             changed = [(j, ch) for j, ch in changed if now.get(j.key) == (j.state, j.updated_at)]
         finished = [j.key for j, ch in changed if ch.finishes]
         if finished:  # the locator outlives its job (layout.locator_expire_at)
-            await self._l.locator.update_many(
-                {"_id": {"$in": finished}},
-                {"$set": {"expire_at": self._l.locator_expire_at(now_ms)}},
-            )
+            await self._l.extend_locators(finished, now_ms)
         return [j for j, _ in changed]
 
     async def count_by_state(self, biz_type: str | None) -> dict[tuple[str, JobState], int]:
