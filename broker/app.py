@@ -69,6 +69,10 @@ class Broker:
         self._started = True
         await self._sender.start()
         self._outcomes.start()
+        # The first heartbeat before any lane: a mark this broker makes must name a
+        # broker the daemon knows of.
+        with contextlib.suppress(Exception):
+            await self._heartbeat()
         with contextlib.suppress(Exception):
             await self._discover()  # first pass now; failures are retried by the loop
         self._tasks = [
@@ -141,6 +145,7 @@ class Broker:
             outcomes=self._outcomes,
             metrics=self._metrics,
             clock=self._clock,
+            broker_id=self.broker_id,
             tracing=self._tracing,
         )
         lane.start()
@@ -178,9 +183,11 @@ class Broker:
 
     # -- heartbeat -------------------------------------------------------------------
     async def _heartbeat(self) -> None:
-        holding = [name for name, lane in self._lanes.items() if lane.holding]
+        """Say what this broker holds (see daemon/holders.py)."""
+        held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
+        now_ms = self._clock.now_ms()
         await self._store.leases.broker_heartbeat(
-            self.broker_id, holding, self._clock.now_ms() + HEARTBEAT_TTL_MS
+            self.broker_id, held, now_ms, now_ms + HEARTBEAT_TTL_MS
         )
 
     async def _every(self, interval_s: float, job: object) -> None:

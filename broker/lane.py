@@ -30,7 +30,6 @@ import contextlib
 import itertools
 import logging
 import math
-import uuid
 from dataclasses import dataclass, field
 
 from broker.callback import Response, attempt_record, build_request, judge
@@ -41,7 +40,7 @@ from broker.sender import Sender
 from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
-from timer_service.dispatch import Outcome, OutcomeKind, SendRef
+from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind, SendRef, new_send_token
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, job_key
 from timer_service.queue.base import Delivery
@@ -108,9 +107,12 @@ class Lane:
         outcomes: OutcomeWriter,
         metrics: Metrics,
         clock: Clock,
+        broker_id: str = "broker",
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self.biz = biz
+        self._broker_id = broker_id
+        self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
         self._store = store
         self._sender = sender
@@ -161,6 +163,16 @@ class Lane:
         tasks += list(self._checks) + list(self._sends) + list(self._chores)
         await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}")
 
+    def held(self) -> HeldBiz | None:
+        """What this lane holds, for the broker's heartbeat: None when nothing."""
+        if not self._items:
+            return None
+        return HeldBiz(
+            self.biz.biz_type,
+            sum(1 + len(item.twins) for item in self._items),
+            min(item.delivery.job.claimed_at for item in self._items),
+        )
+
     @property
     def holding(self) -> bool:
         """Messages of this biz type are held, checked, in flight or awaiting their outcome."""
@@ -178,6 +190,7 @@ class Lane:
             twin.twins.append(delivery)
             return
         item = Held(claimed.next_attempt_at, next(self._seq), delivery, key)
+        self._items[item] = None
         self._by_key.setdefault(key, item)
         _insert(self._held, item)
         self._wake()
@@ -282,7 +295,7 @@ class Lane:
             self._forget(item)
         batch = [item for item in batch if item not in gone]
         refs = [item.ref for item in batch]
-        send_token = uuid.uuid4().hex
+        send_token = new_send_token(self._broker_id)
         asked_at = self._clock.monotonic_s()
         try:
             jobs = await retried(
@@ -393,6 +406,7 @@ class Lane:
         task.add_done_callback(self._chores.discard)
 
     def _forget(self, item: Held) -> None:
+        self._items.pop(item, None)
         if self._by_key.get(item.key) is item:
             del self._by_key[item.key]
 
