@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 from broker.lane import Lane
 from broker.outcomes import OutcomeWriter
 from broker.sender import Sender
+from broker.skew import SkewGuard
 from timer_service.clock import Clock, SystemClock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
@@ -56,6 +57,7 @@ class Broker:
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = Sender(clock, settings.callback_target_policy())
         self._outcomes = OutcomeWriter(store, metrics, clock)
+        self.skew = SkewGuard()
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -70,7 +72,7 @@ class Broker:
         await self._sender.start()
         self._outcomes.start()
         # The first heartbeat before any lane: a mark this broker makes must name a
-        # broker the daemon knows of.
+        # broker the daemon knows of, and the skew guard wants the store's clock.
         with contextlib.suppress(Exception):
             await self._heartbeat()
         with contextlib.suppress(Exception):
@@ -146,6 +148,7 @@ class Broker:
             metrics=self._metrics,
             clock=self._clock,
             broker_id=self.broker_id,
+            skew=self.skew,
             tracing=self._tracing,
         )
         lane.start()
@@ -183,12 +186,15 @@ class Broker:
 
     # -- heartbeat -------------------------------------------------------------------
     async def _heartbeat(self) -> None:
-        """Say what this broker holds (see daemon/holders.py)."""
+        """Say what this broker holds (see daemon/holders.py) and learn the store's
+        clock from the same round trip (broker/skew.py)."""
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
-        now_ms = self._clock.now_ms()
-        await self._store.leases.broker_heartbeat(
-            self.broker_id, held, now_ms, now_ms + HEARTBEAT_TTL_MS
+        sent_ms = self._clock.now_ms()
+        store_ms = await self._store.leases.broker_heartbeat(
+            self.broker_id, held, sent_ms, sent_ms + HEARTBEAT_TTL_MS
         )
+        self.skew.observe(sent_ms, self._clock.now_ms(), store_ms)
+        self._metrics.clock_lead(self.skew.lead_ms() / 1000)
 
     async def _every(self, interval_s: float, job: object) -> None:
         assert callable(job)

@@ -20,6 +20,9 @@ followed by a callback; the marked jobs wait in ``_ready`` until the wall
 clock reaches their moment and a token and a slot are free, and are sent then.
 A paused lane sends nothing and keeps holding (what was marked before the
 pause goes out on resume).
+
+A send waits for the store's clock as well as this host's (broker.skew): a
+fast host clock cannot make a callback early.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from broker.fate import Fate, after_check, carry_out, check_failed
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
+from broker.skew import SkewGuard
 from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
@@ -108,10 +112,12 @@ class Lane:
         metrics: Metrics,
         clock: Clock,
         broker_id: str = "broker",
+        skew: SkewGuard | None = None,
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self.biz = biz
         self._broker_id = broker_id
+        self._skew = skew or SkewGuard()
         self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
         self._store = store
@@ -223,7 +229,8 @@ class Lane:
         biz = self.biz
         if not self._sending or biz.paused:
             return None
-        now = self._clock.now_ms()
+        # Sends and marks go by the earlier of this host's clock and the store's.
+        now = self._skew.send_clock_ms(self._clock.now_ms())
         mono = self._clock.monotonic_s()
         wait_ms = math.inf
         ready = self._ready
