@@ -149,6 +149,7 @@ class Broker:
             clock=self._clock,
             broker_id=self.broker_id,
             skew=self.skew,
+            max_hold_ms=self._settings.broker_max_hold_ms,
             tracing=self._tracing,
         )
         lane.start()

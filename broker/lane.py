@@ -21,8 +21,13 @@ clock reaches their moment and a token and a slot are free, and are sent then.
 A paused lane sends nothing and keeps holding (what was marked before the
 pause goes out on resume).
 
-A send waits for the store's clock as well as this host's (broker.skew): a
-fast host clock cannot make a callback early.
+Two more bounds on holding. No message stays unacked longer than
+``max_hold_ms``: RabbitMQ closes a channel that holds a delivery past its
+``consumer_timeout`` (and redelivers everything it held), so a message held that
+long (a pause, a backlog, a slow rate limit) is handed back to the queue first,
+unsent, and comes straight back as a fresh delivery. And a send waits for the
+store's clock as well as this host's (broker.skew): a fast host clock cannot make
+a callback early.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import math
 from dataclasses import dataclass, field
 
 from broker.callback import Response, attempt_record, build_request, judge
-from broker.fate import Fate, after_check, carry_out, check_failed
+from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
@@ -77,6 +82,7 @@ class Held:
     twins: list[Delivery] = field(default_factory=list)
     job: Job | None = None  # set once its send is marked in the store
     limited: bool = False
+    received_s: float = 0.0  # monotonic: when the lane got it (the queue's hold clock)
     sort_key: tuple[int, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -113,11 +119,14 @@ class Lane:
         clock: Clock,
         broker_id: str = "broker",
         skew: SkewGuard | None = None,
+        max_hold_ms: int | None = None,
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self.biz = biz
         self._broker_id = broker_id
         self._skew = skew or SkewGuard()
+        self._max_hold_s = None if max_hold_ms is None else max_hold_ms / 1000
+        self._next_hand_back_s = math.inf
         self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
         self._store = store
@@ -195,8 +204,10 @@ class Lane:
             # The same dispatch twice: one send is enough; both messages settle together.
             twin.twins.append(delivery)
             return
-        item = Held(claimed.next_attempt_at, next(self._seq), delivery, key)
+        received_s = self._clock.monotonic_s()
+        item = Held(claimed.next_attempt_at, next(self._seq), delivery, key, received_s=received_s)
         self._items[item] = None
+        self._hand_back_from(item)
         self._by_key.setdefault(key, item)
         _insert(self._held, item)
         self._wake()
@@ -227,12 +238,14 @@ class Lane:
     def _step(self) -> float | None:
         """Send what may go now, start the next check; seconds until the next thing to do."""
         biz = self.biz
-        if not self._sending or biz.paused:
+        if not self._sending:
             return None
+        mono = self._clock.monotonic_s()
+        wait_ms = self._hand_back_overdue(mono) * 1000
+        if biz.paused:
+            return None if wait_ms == math.inf else wait_ms / 1000
         # Sends and marks go by the earlier of this host's clock and the store's.
         now = self._skew.send_clock_ms(self._clock.now_ms())
-        mono = self._clock.monotonic_s()
-        wait_ms = math.inf
         ready = self._ready
         while ready:
             item = ready[0]
@@ -339,6 +352,7 @@ class Lane:
                 item.not_before = job.next_attempt_at
                 item.sort_key = (item.not_before, item.seq)
             _insert(self._ready, item)
+            self._hand_back_from(item)
 
     def _learn_check_time(self, took_ms: float) -> None:
         """Look ahead twice the store's usual answer time, so sends stay on time."""
@@ -416,6 +430,36 @@ class Lane:
         self._items.pop(item, None)
         if self._by_key.get(item.key) is item:
             del self._by_key[item.key]
+
+    # -- the hold bound -----------------------------------------------------------------
+    def _hand_back_from(self, item: Held) -> None:
+        """`item` waits in the hold or ready list: its hand-back time may come first."""
+        if self._max_hold_s is not None:
+            due_s = item.received_s + self._max_hold_s
+            if due_s < self._next_hand_back_s:
+                self._next_hand_back_s = due_s
+                self._wake()
+
+    def _hand_back_overdue(self, mono: float) -> float:
+        """Give back to the queue, unsent, every waiting message held for
+        `max_hold_ms`; seconds until the next one is due (inf: none). What is being
+        checked or sent is left alone: a check ends within CHECK_GIVE_UP_AFTER_S and
+        puts its messages back in the ready list, a send ends with its outcome."""
+        if self._max_hold_s is None or mono < self._next_hand_back_s:
+            return max(0.0, self._next_hand_back_s - mono)
+        cutoff_s = mono - self._max_hold_s
+        kept: list[list[Held]] = []
+        for waiting in (self._held, self._ready):
+            overdue = [item for item in waiting if item.received_s <= cutoff_s]
+            if overdue:
+                waiting[:] = [item for item in waiting if item.received_s > cutoff_s]
+                for item in overdue:
+                    self._metrics.message_handed_back(self.biz.biz_type)
+                    self._settle(item, held_too_long())
+            kept.append(waiting)
+        oldest = min((item.received_s for w in kept for item in w), default=math.inf)
+        self._next_hand_back_s = oldest + self._max_hold_s
+        return max(0.0, self._next_hand_back_s - mono)
 
 
 def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:
