@@ -194,7 +194,7 @@ class Broker:
         store_ms = await self._store.leases.broker_heartbeat(
             self.broker_id, held, sent_ms, sent_ms + HEARTBEAT_TTL_MS
         )
-        self.skew.observe(sent_ms, self._clock.now_ms(), store_ms)
+        self.skew.observe(self._clock.now_ms(), store_ms)
         self._metrics.clock_lead(self.skew.lead_ms() / 1000)
 
     async def _every(self, interval_s: float, job: object) -> None:

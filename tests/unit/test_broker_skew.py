@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from broker.skew import SkewGuard
+from broker.skew import SAMPLES_KEPT, SkewGuard
 from tests.unit.test_broker_flow import World, started, wait_for_states, world
 from timer_service.clock import FakeClock
 from timer_service.model import JobState
@@ -40,12 +40,20 @@ class StoreClock:
 def test_the_guard_bounds_the_store_clock_from_below() -> None:
     guard = SkewGuard()
     assert guard.send_clock_ms(5000) == 5000, "nothing learnt yet: the host's clock"
-    # Sent at 1000, answered at 1040 by the host; the store read 900 meanwhile: at 1040
+    # Answered at 1040 by the host; the store read 900 during the round trip: at 1040
     # the store showed at least 900, so the host may be up to 140 ms ahead.
-    guard.observe(1000, 1040, 900)
+    guard.observe(1040, 900)
     assert guard.lead_ms() == 140 and guard.send_clock_ms(2000) == 1860
-    guard.observe(3000, 3010, 3500)  # the store is ahead: the host's own clock rules
-    assert guard.lead_ms() == 0 and guard.send_clock_ms(4000) == 4000
+    guard.observe(3010, 2880)  # a quicker round trip: a tighter bound
+    assert guard.lead_ms() == 130
+    guard.observe(5400, 4900)  # one slow round trip does not delay every send
+    assert guard.lead_ms() == 130
+    for answered in range(7000, 7000 + SAMPLES_KEPT * 2000, 2000):
+        guard.observe(answered, answered - 400)  # the host was stepped 270 ms ahead
+    assert guard.lead_ms() == 400, "the older, smaller leads should be gone"
+    for answered in range(20_000, 20_000 + SAMPLES_KEPT * 2000, 2000):
+        guard.observe(answered, answered + 3500)  # the store is ahead: the host's clock rules
+    assert guard.lead_ms() == 0 and guard.send_clock_ms(40_000) == 40_000
 
 
 async def test_a_fast_broker_clock_cannot_make_a_callback_early(world: World) -> None:
