@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from daemon.holders import Holders, judge
+from daemon.holders import DEAD_AFTER_MS, Holders, judge
 from daemon.lease import LeaseKeeper, Term
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
@@ -104,6 +104,8 @@ class Reconciler:
                 return 0
             if now < self._next_holders_check_ms:
                 return 0
+            # Should the store fail, look again a little later, not at once.
+            self._next_holders_check_ms = min(self._next_sweep_ms, now + DEAD_AFTER_MS)
             return await self._resend_for_the_dead(term, await self._holders())
         first = self._next_sweep_ms == 0
         self._next_sweep_ms = now + self.interval_ms
@@ -118,9 +120,10 @@ class Reconciler:
     async def sweep(self, term: Term, takeover: bool = False) -> int:
         """Republish dispatched jobs whose message is lost or never went out.
 
-        First the jobs the queue never confirmed, then the published ones of biz types
-        no live broker holds; each query leaves out what would be passed over, so a
-        large held backlog never hides an unpublished job behind a full page.
+        First the jobs the queue never confirmed, then the callbacks dead brokers had
+        started, then the published jobs no live broker holds (daemon/holders.py);
+        each query leaves out what would be passed over, so a large held backlog
+        never hides an unpublished job behind a full page.
 
         On takeover, jobs the previous leaders claimed but never saw confirmed (the
         open rounds of older fences) go out at once, not after `reconcile_after_ms`:

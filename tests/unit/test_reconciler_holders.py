@@ -11,10 +11,11 @@ import pytest
 
 from daemon.holders import DEAD_AFTER_MS
 from daemon.lease import LEASE_NAME
-from tests.unit.daemon_harness import BIZ, Harness, create
+from tests.unit.daemon_harness import BIZ, Harness, create, run_until
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed, HeldBiz, SendRef, new_send_token
 from timer_service.model import second_of
+from timer_service.store.faulty import FaultyStore
 from timer_service.store.memory import MemoryStore
 
 RECONCILE_AFTER_MS = 60_000
@@ -140,3 +141,18 @@ async def test_a_new_leader_republishes_a_dead_in_process_queue_at_once(
         f"expected the dead process's callback in flight out again just after {dead_at}, "
         f"got {times}"
     )
+
+
+async def test_heartbeats_that_cannot_be_read_are_looked_at_again_later_not_at_once(
+    clock: FakeClock,
+) -> None:
+    store = FaultyStore(MemoryStore(buckets=60))
+    start = clock.now_ms()
+    h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)  # type: ignore[arg-type]
+    await beat(store, start, "b1", [])  # type: ignore[arg-type]
+    await run_until(start + 1000, h)
+    store.fail("broker_beats", times=None)
+    rounds = await run_until(start + 31_000, h, through_faults=True)
+    tries = store.injected_count("broker_beats")
+    print(f"{rounds} rounds and {tries} failed reads of the heartbeats in 30 s")
+    assert 0 < tries <= 30 // (DEAD_AFTER_MS // 1000) + 2, f"expected a try every 2 s, got {tries}"
