@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     # that RabbitMQ's consumer_timeout (30 min by default) never closes the channel.
     broker_max_hold_ms: int = Field(default=900_000, ge=1000)
     stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
+    # Admission control (docs/operations.md, "Overload"): /v1 requests at work at once,
+    # and how long one beyond that may wait for a slot before its 503.
+    api_max_inflight: int = Field(default=64, ge=1)
+    api_admission_wait_ms: int = Field(default=1000, ge=0, le=5000)
 
     @model_validator(mode="after")
     def _tokens_parse(self) -> Self:
