@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 from broker.lane import Lane
 from broker.outcomes import OutcomeWriter
 from broker.sender import Sender
+from broker.skew import SkewGuard
 from timer_service.clock import Clock, SystemClock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
@@ -56,6 +57,7 @@ class Broker:
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = Sender(clock, settings.callback_target_policy())
         self._outcomes = OutcomeWriter(store, metrics, clock)
+        self.skew = SkewGuard()
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -69,6 +71,10 @@ class Broker:
         self._started = True
         await self._sender.start()
         self._outcomes.start()
+        # The first heartbeat before any lane: a mark this broker makes must name a
+        # broker the daemon knows of, and the skew guard wants the store's clock.
+        with contextlib.suppress(Exception):
+            await self._heartbeat()
         with contextlib.suppress(Exception):
             await self._discover()  # first pass now; failures are retried by the loop
         self._tasks = [
@@ -141,6 +147,9 @@ class Broker:
             outcomes=self._outcomes,
             metrics=self._metrics,
             clock=self._clock,
+            broker_id=self.broker_id,
+            skew=self.skew,
+            max_hold_ms=self._settings.broker_max_hold_ms,
             tracing=self._tracing,
         )
         lane.start()
@@ -178,10 +187,15 @@ class Broker:
 
     # -- heartbeat -------------------------------------------------------------------
     async def _heartbeat(self) -> None:
-        holding = [name for name, lane in self._lanes.items() if lane.holding]
-        await self._store.leases.broker_heartbeat(
-            self.broker_id, holding, self._clock.now_ms() + HEARTBEAT_TTL_MS
+        """Say what this broker holds (see daemon/holders.py) and learn the store's
+        clock from the same round trip (broker/skew.py)."""
+        held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
+        sent_ms = self._clock.now_ms()
+        store_ms = await self._store.leases.broker_heartbeat(
+            self.broker_id, held, sent_ms, sent_ms + HEARTBEAT_TTL_MS
         )
+        self.skew.observe(self._clock.now_ms(), store_ms)
+        self._metrics.clock_lead(self.skew.lead_ms() / 1000)
 
     async def _every(self, interval_s: float, job: object) -> None:
         assert callable(job)

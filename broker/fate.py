@@ -37,6 +37,7 @@ OUTCOME_NOT_STORED = Fate(Action.REQUEUE, "outcome not stored", sent=True)
 NOT_DISPATCHED = Fate(Action.ACK, "job no longer dispatched under this claim")
 SUPERSEDED = Fate(Action.ACK, "another message carries the job's claim")
 CHECK_FAILED = Fate(Action.REQUEUE, "send check failed")
+HELD_TOO_LONG = Fate(Action.REQUEUE, "held as long as the queue allows")
 
 
 def after_check(job_found: bool, claim_matches: bool) -> Fate | None:
@@ -57,6 +58,13 @@ def after_check(job_found: bool, claim_matches: bool) -> Fate | None:
 def check_failed() -> Fate:
     """The store could not say, within the bound: someone must try again."""
     return CHECK_FAILED
+
+
+def held_too_long() -> Fate:
+    """Unsent, and held as long as the queue lets a delivery stay unacked: back to the
+    queue, which hands it out again at once (the job is still dispatched under its
+    claim; a mark this lane made is taken over by the redelivered message)."""
+    return HELD_TOO_LONG
 
 
 def after_outcome(persisted: bool) -> Fate:

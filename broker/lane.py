@@ -20,6 +20,14 @@ followed by a callback; the marked jobs wait in ``_ready`` until the wall
 clock reaches their moment and a token and a slot are free, and are sent then.
 A paused lane sends nothing and keeps holding (what was marked before the
 pause goes out on resume).
+
+Two more bounds on holding. No message stays unacked longer than
+``max_hold_ms``: RabbitMQ closes a channel that holds a delivery past its
+``consumer_timeout`` (and redelivers everything it held), so a message held that
+long (a pause, a backlog, a slow rate limit) is handed back to the queue first,
+unsent, and comes straight back as a fresh delivery. And a send waits for the
+store's clock as well as this host's (broker.skew): a fast host clock cannot make
+a callback early.
 """
 
 from __future__ import annotations
@@ -30,18 +38,18 @@ import contextlib
 import itertools
 import logging
 import math
-import uuid
 from dataclasses import dataclass, field
 
 from broker.callback import Response, attempt_record, build_request, judge
-from broker.fate import Fate, after_check, carry_out, check_failed
+from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
+from broker.skew import SkewGuard
 from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
-from timer_service.dispatch import Outcome, OutcomeKind, SendRef
+from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind, SendRef, new_send_token
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, job_key
 from timer_service.queue.base import Delivery
@@ -74,6 +82,7 @@ class Held:
     twins: list[Delivery] = field(default_factory=list)
     job: Job | None = None  # set once its send is marked in the store
     limited: bool = False
+    received_s: float = 0.0  # monotonic: when the lane got it (the queue's hold clock)
     sort_key: tuple[int, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -108,9 +117,17 @@ class Lane:
         outcomes: OutcomeWriter,
         metrics: Metrics,
         clock: Clock,
+        broker_id: str = "broker",
+        skew: SkewGuard | None = None,
+        max_hold_ms: int | None = None,
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self.biz = biz
+        self._broker_id = broker_id
+        self._skew = skew or SkewGuard()
+        self._max_hold_s = None if max_hold_ms is None else max_hold_ms / 1000
+        self._next_hand_back_s = math.inf
+        self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
         self._store = store
         self._sender = sender
@@ -161,6 +178,16 @@ class Lane:
         tasks += list(self._checks) + list(self._sends) + list(self._chores)
         await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}")
 
+    def held(self) -> HeldBiz | None:
+        """What this lane holds, for the broker's heartbeat: None when nothing."""
+        if not self._items:
+            return None
+        return HeldBiz(
+            self.biz.biz_type,
+            sum(1 + len(item.twins) for item in self._items),
+            min(item.delivery.job.claimed_at for item in self._items),
+        )
+
     @property
     def holding(self) -> bool:
         """Messages of this biz type are held, checked, in flight or awaiting their outcome."""
@@ -177,7 +204,10 @@ class Lane:
             # The same dispatch twice: one send is enough; both messages settle together.
             twin.twins.append(delivery)
             return
-        item = Held(claimed.next_attempt_at, next(self._seq), delivery, key)
+        received_s = self._clock.monotonic_s()
+        item = Held(claimed.next_attempt_at, next(self._seq), delivery, key, received_s=received_s)
+        self._items[item] = None
+        self._hand_back_from(item)
         self._by_key.setdefault(key, item)
         _insert(self._held, item)
         self._wake()
@@ -208,11 +238,14 @@ class Lane:
     def _step(self) -> float | None:
         """Send what may go now, start the next check; seconds until the next thing to do."""
         biz = self.biz
-        if not self._sending or biz.paused:
+        if not self._sending:
             return None
-        now = self._clock.now_ms()
         mono = self._clock.monotonic_s()
-        wait_ms = math.inf
+        wait_ms = self._hand_back_overdue(mono) * 1000
+        if biz.paused:
+            return None if wait_ms == math.inf else wait_ms / 1000
+        # Sends and marks go by the earlier of this host's clock and the store's.
+        now = self._skew.send_clock_ms(self._clock.now_ms())
         ready = self._ready
         while ready:
             item = ready[0]
@@ -282,7 +315,7 @@ class Lane:
             self._forget(item)
         batch = [item for item in batch if item not in gone]
         refs = [item.ref for item in batch]
-        send_token = uuid.uuid4().hex
+        send_token = new_send_token(self._broker_id)
         asked_at = self._clock.monotonic_s()
         try:
             jobs = await retried(
@@ -319,6 +352,7 @@ class Lane:
                 item.not_before = job.next_attempt_at
                 item.sort_key = (item.not_before, item.seq)
             _insert(self._ready, item)
+            self._hand_back_from(item)
 
     def _learn_check_time(self, took_ms: float) -> None:
         """Look ahead twice the store's usual answer time, so sends stay on time."""
@@ -393,8 +427,39 @@ class Lane:
         task.add_done_callback(self._chores.discard)
 
     def _forget(self, item: Held) -> None:
+        self._items.pop(item, None)
         if self._by_key.get(item.key) is item:
             del self._by_key[item.key]
+
+    # -- the hold bound -----------------------------------------------------------------
+    def _hand_back_from(self, item: Held) -> None:
+        """`item` waits in the hold or ready list: its hand-back time may come first."""
+        if self._max_hold_s is not None:
+            due_s = item.received_s + self._max_hold_s
+            if due_s < self._next_hand_back_s:
+                self._next_hand_back_s = due_s
+                self._wake()
+
+    def _hand_back_overdue(self, mono: float) -> float:
+        """Give back to the queue, unsent, every waiting message held for
+        `max_hold_ms`; seconds until the next one is due (inf: none). What is being
+        checked or sent is left alone: a check ends within CHECK_GIVE_UP_AFTER_S and
+        puts its messages back in the ready list, a send ends with its outcome."""
+        if self._max_hold_s is None or mono < self._next_hand_back_s:
+            return max(0.0, self._next_hand_back_s - mono)
+        cutoff_s = mono - self._max_hold_s
+        kept: list[list[Held]] = []
+        for waiting in (self._held, self._ready):
+            overdue = [item for item in waiting if item.received_s <= cutoff_s]
+            if overdue:
+                waiting[:] = [item for item in waiting if item.received_s > cutoff_s]
+                for item in overdue:
+                    self._metrics.message_handed_back(self.biz.biz_type)
+                    self._settle(item, held_too_long())
+            kept.append(waiting)
+        oldest = min((item.received_s for w in kept for item in w), default=math.inf)
+        self._next_hand_back_s = oldest + self._max_hold_s
+        return max(0.0, self._next_hand_back_s - mono)
 
 
 def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:

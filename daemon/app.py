@@ -94,6 +94,7 @@ class Daemon:
             metrics,
             claims,
             settings.reconcile_after_ms,
+            durable_queue=queue.durable,
         )
         self.sweeper = OverdueSweeper(
             store.dispatch,

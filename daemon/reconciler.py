@@ -5,13 +5,21 @@ Two kinds of stale jobs, claimed more than `reconcile_after_ms` ago:
 - never confirmed by the queue (their claim's round is still open, see
   daemon/rounds.py): a daemon died between claim and publish, or gave up
   publishing. Always republished.
-- published, but no outcome yet: republished only when no live broker says
-  it holds messages of that biz type. A held biz type (backlog, pause, rate
-  limit) has its message safe in the queue; another copy would only pile up
-  stale duplicates for the broker to drop.
+- published, but no outcome yet, and claimed before the oldest claim any live
+  broker holds of that biz type (daemon/holders.py): held by nobody, so the
+  message is lost. Republished whatever else that broker holds. What is claimed
+  later may wait in the queue behind a backlog, a pause or a rate limit, and is
+  left alone: another copy would only be dropped later.
+- sent by a broker known dead (its heartbeat lapsed): that callback will not
+  finish. Republished at once, not after the timeout: while claims are being
+  made, the leader looks again when the next live broker would turn dead.
+- with an in-process queue (`dev`), at a takeover: every dispatched job whose
+  send has not started. That queue died with the process that held it; a live
+  one in this process only ever held this daemon's own publishes.
 
 A reclaim moves the job to a new claim first, so the broker drops the old
-message if it ever turns up: at most one callback, except across a crash.
+message if it ever turns up: at most one callback, except across a crash. It
+misses a job whose send mark changed since it was read (a broker took it over).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from daemon.holders import DEAD_AFTER_MS, Holders, judge
 from daemon.lease import LeaseKeeper, Term
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
@@ -42,6 +51,7 @@ class Reconciler:
         metrics: Metrics,
         claims: Rounds,
         reconcile_after_ms: int,
+        durable_queue: bool = True,
         page: int = 1000,
         max_pages: int = 10,
     ) -> None:
@@ -54,6 +64,8 @@ class Reconciler:
         self._claims = claims
         self.reconcile_after_ms = reconcile_after_ms
         self.interval_ms = max(1, reconcile_after_ms // 4)
+        self._durable_queue = durable_queue
+        self._next_holders_check_ms = 0
         self._page = page
         self._max_pages = max_pages
         self._term: Term | None = None
@@ -62,7 +74,7 @@ class Reconciler:
         self._owed = False  # the last sweep failed: the next one runs, idle or not
 
     def next_sweep_ms(self) -> int:
-        return self._next_sweep_ms
+        return min(self._next_sweep_ms, self._next_holders_check_ms)
 
     async def maybe_run(self, last_claim_ms: int) -> int:
         """Sweep if one is due; the number of jobs republished.
@@ -84,12 +96,20 @@ class Reconciler:
         if term is None:
             return 0
         now = self._clock.now_ms()
-        if now < self._next_sweep_ms:
-            return 0
-        first = self._next_sweep_ms == 0
-        self._next_sweep_ms = now + self.interval_ms
         quiet_since_ms = now - max(last_claim_ms, self._last_reclaim_ms)
         quiet = quiet_since_ms > self.reconcile_after_ms * 3 // 2 + self.interval_ms
+        if now < self._next_sweep_ms:
+            if quiet:  # idle: no queries, and no wake-ups for the check below
+                self._next_holders_check_ms = self._next_sweep_ms
+                return 0
+            if now < self._next_holders_check_ms:
+                return 0
+            # Should the store fail, look again a little later, not at once.
+            self._next_holders_check_ms = min(self._next_sweep_ms, now + DEAD_AFTER_MS)
+            return await self._resend_for_the_dead(term, await self._holders())
+        first = self._next_sweep_ms == 0
+        self._next_sweep_ms = now + self.interval_ms
+        self._next_holders_check_ms = self._next_sweep_ms
         if not first and quiet and not self._owed:
             return 0
         self._owed = True
@@ -100,16 +120,25 @@ class Reconciler:
     async def sweep(self, term: Term, takeover: bool = False) -> int:
         """Republish dispatched jobs whose message is lost or never went out.
 
-        First the jobs the queue never confirmed, then the published ones of biz types
-        no live broker holds; each query leaves out what would be passed over, so a
-        large held backlog never hides an unpublished job behind a full page.
+        First the jobs the queue never confirmed, then the callbacks dead brokers had
+        started, then the published jobs no live broker holds (daemon/holders.py);
+        each query leaves out what would be passed over, so a large held backlog
+        never hides an unpublished job behind a full page.
 
         On takeover, jobs the previous leaders claimed but never saw confirmed (the
         open rounds of older fences) go out at once, not after `reconcile_after_ms`:
         those leaders are gone or fenced off, and claiming the jobs anew makes any
         message they still manage to publish a stale one that the notifier drops."""
         started = self._clock.now_ms()
+        holders = await self._holders()
         total = 0
+        if takeover and not self._durable_queue:
+            total += await self._republish(
+                term,
+                lambda old_before: self._dispatch.find_stale_dispatched(
+                    started, self._page, unmarked_only=True
+                ),
+            )
         if takeover:
             total += await self._republish(
                 term,
@@ -122,14 +151,43 @@ class Reconciler:
         )
         if self._lease.current() != term:
             return total
-        held = await self._leases.held_biz_types(self._clock.now_ms())
+        total += await self._resend_for_the_dead(term, holders)
         total += await self._republish(
             term,
             lambda old_before: self._dispatch.find_stale_dispatched(
-                old_before, self._page, skip_biz_types=held
+                old_before, self._page, claimed_before_by_biz=holders.oldest_held
             ),
         )
         return total
+
+    async def _holders(self) -> Holders:
+        """The brokers' heartbeats, judged; the next look is due when the first live
+        broker would turn dead if it beat no more (none live: the next sweep)."""
+        holders = judge(await self._leases.broker_beats(), self._clock.now_ms())
+        death_ms = holders.next_death_ms
+        self._next_holders_check_ms = (
+            self._next_sweep_ms if death_ms is None else min(self._next_sweep_ms, death_ms)
+        )
+        return holders
+
+    async def _resend_for_the_dead(self, term: Term, holders: Holders) -> int:
+        """Republish the callbacks that brokers known dead had started; once none is
+        left, forget those brokers."""
+        if not holders.dead:
+            return 0
+        dead = holders.dead
+        found = await self._dispatch.find_sent_by(dead, self._page)
+        if not found:
+            for broker_id in dead:
+                await self._leases.broker_gone(broker_id)
+            return 0
+        log.warning(
+            "resending what dead brokers had started",
+            extra={"brokers": sorted(dead), "count": len(found)},
+        )
+        return await self._republish(
+            term, lambda old_before: self._dispatch.find_sent_by(dead, self._page)
+        )
 
     async def _republish(self, term: Term, find: Callable[[int], Awaitable[list[Job]]]) -> int:
         """Page through stale dispatched jobs (`find(old_before)`), reclaim and publish

@@ -5,6 +5,7 @@ and the store ports; no I/O.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -34,6 +35,9 @@ class Claimed:
     attempt: int  # the number the coming callback will carry
     claim: str
     fence: int = 0  # the fencing token of the daemon that claimed it
+    # When it was claimed (the store's `claimed_at`): brokers report the oldest they
+    # hold, and the reconciler knows that what is older is held by nobody.
+    claimed_at: int = 0
     # The job's W3C traceparent, for the daemon's dispatch span; not in the message.
     traceparent: str | None = None
 
@@ -63,3 +67,34 @@ class Outcome:
     kind: OutcomeKind
     attempt: Attempt
     next_attempt_at: int | None = None  # for RETRY
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBiz:
+    """What a broker holds of one biz type: how many messages, and the oldest
+    `claimed_at` among them (what is older, it no longer holds)."""
+
+    biz_type: str
+    messages: int
+    oldest_claimed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerBeat:
+    """A broker's last heartbeat: alive until `expires_at` (epoch ms)."""
+
+    broker_id: str
+    expires_at: int
+    held: tuple[HeldBiz, ...] = ()
+
+
+def new_send_token(broker_id: str) -> str:
+    """A send mark that names the broker making it, so that the reconciler can tell
+    the sends of a broker known dead."""
+    return f"{broker_id}/{uuid.uuid4().hex}"
+
+
+def sender_of(send_token: str) -> str | None:
+    """The broker that made a send mark; None for a mark that does not say."""
+    broker_id, sep, _ = send_token.rpartition("/")
+    return broker_id if sep else None

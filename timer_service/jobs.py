@@ -314,15 +314,25 @@ def claim(claim_token: str, fence: int, now_ms: int) -> Change:
     )
 
 
-def reclaim(old_claim: str, claim_token: str, fence: int, now_ms: int) -> Change:
-    """A dispatched job whose message went missing gets a new claim (and message)."""
-    return _change(
-        _DISPATCHED,
-        old_claim,
-        claim=claim_token,
-        fence=fence,
-        claimed_at=now_ms,
-        sending=None,  # whoever had started the callback is gone: it goes out again
+def reclaim(
+    old_claim: str, claim_token: str, fence: int, now_ms: int, seen_sending: str | None = None
+) -> Change:
+    """A dispatched job whose message went missing gets a new claim (and message).
+
+    `seen_sending`: the send mark the reconciler judged by (None: no send had
+    started). A broker that marked the job since then holds it after all (a
+    redelivered message took it over), so the reclaim must miss."""
+    return Change(
+        Guard(_DISPATCHED, old_claim, idle=True, sending=seen_sending),
+        MappingProxyType(
+            {
+                "claim": claim_token,
+                "fence": fence,
+                "claimed_at": now_ms,
+                # whoever had started the callback is gone: it goes out again
+                "sending": None,
+            }
+        ),
     )
 
 
@@ -358,6 +368,7 @@ def claimed(job: Job, second: int) -> Claimed:
         attempt=job.attempts + 1,
         claim=job.claim,
         fence=job.fence,
+        claimed_at=job.claimed_at or 0,
         traceparent=None if job.trace is None else job.trace.traceparent,
     )
 

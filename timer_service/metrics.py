@@ -114,6 +114,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
+        self._clock_lead = Gauge(
+            "timer_broker_clock_lead_seconds",
+            "How far this broker's clock is ahead of the store's, as its skew guard "
+            "learnt it (0 when not ahead): sends wait that much longer",
+            registry=r,
+        )
+        self._handed_back = Counter(
+            "timer_messages_handed_back",
+            "Held messages given back to the queue before RabbitMQ's consumer timeout "
+            "(TIMER_BROKER_MAX_HOLD_MS); they come back at once, unsent",
+            ["biz_type"],
+            registry=r,
+        )
         self._callbacks = Counter(
             "timer_callbacks", "Callback outcomes", ["biz_type", "outcome"], registry=r
         )
@@ -240,6 +253,12 @@ class Metrics:
 
     def message_dropped(self, biz_type: str) -> None:
         self._dropped.labels(biz_type).inc()
+
+    def message_handed_back(self, biz_type: str) -> None:
+        self._handed_back.labels(biz_type).inc()
+
+    def clock_lead(self, lead_s: float) -> None:
+        self._clock_lead.set(lead_s)
 
     # -- schedules
     def schedule_run(self, biz_type: str) -> None:

@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     catchup_rate_per_s: int = Field(default=5000, ge=1)  # bound on backlog dispatch after downtime
     publish_batch: int = Field(default=1000, ge=1)
     broker_prefetch: int = Field(default=2000, ge=1)
+    # A held message goes back to the queue (and comes straight back) before this, so
+    # that RabbitMQ's consumer_timeout (30 min by default) never closes the channel.
+    broker_max_hold_ms: int = Field(default=900_000, ge=1000)
     stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
     # Admission control (docs/operations.md, "Overload"): /v1 requests at work at once,
     # and how long one beyond that may wait for a slot before its 503.

@@ -119,6 +119,8 @@ class Receiver:
     port: int = field(default_factory=free_port)
     arrivals: list[Arrival] = field(default_factory=list)
     plans: dict[str, list[int]] = field(default_factory=dict)
+    # Seconds to wait before answering a job's callbacks (a hanging endpoint).
+    answer_after_s: dict[str, float] = field(default_factory=dict)
     on_arrival: Callable[[Arrival], None] | None = None
     up: bool = True
     _runner: web.AppRunner | None = None
@@ -154,6 +156,9 @@ class Receiver:
         self.arrivals.append(arrival)
         if self.on_arrival:
             self.on_arrival(arrival)
+        hang_s = self.answer_after_s.get(body["job_id"])
+        if hang_s:
+            await asyncio.sleep(hang_s)
         plan = self.plans.get(body["job_id"])
         if plan:
             return web.Response(status=plan.pop(0))

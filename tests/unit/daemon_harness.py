@@ -22,7 +22,11 @@ CLAIM_AHEAD_MS = 1000
 
 
 class RecordingQueue(MemoryQueue):
-    """Remembers when each job was published, by the fake clock."""
+    """Remembers when each job was published, by the fake clock. Stands in for
+    RabbitMQ: its messages count as outliving a daemon (`durable`), unless a test
+    says otherwise."""
+
+    durable = True
 
     def __init__(self, clock: FakeClock) -> None:
         super().__init__()
@@ -59,11 +63,13 @@ class Harness:
         clock: FakeClock,
         watch: bool = True,
         tracing: Tracing = NO_TRACING,
+        durable_queue: bool = True,
         **overrides: object,
     ) -> None:
         self.store = store
         self.clock = clock
         self.queue = RecordingQueue(clock)
+        self.queue.durable = durable_queue  # False: the in-process queue of `dev`
         self.daemon = Daemon(
             settings(**overrides),
             store,

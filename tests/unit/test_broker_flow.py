@@ -25,6 +25,7 @@ from aiohttp import web
 from broker.app import Broker
 from broker.callback import USER_AGENT
 from timer_service.clock import Clock, FakeClock, SystemClock
+from timer_service.dispatch import HeldBiz
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, JobState, RetryPolicy, second_of
@@ -465,12 +466,21 @@ async def test_heartbeat_says_what_is_held(world: World) -> None:
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
 
-    async def held() -> bool:
-        return "orders" in await world.store.leases.held_biz_types(world.clock.now_ms())
+    (claimed,) = await world.store.dispatch.find_stale_dispatched(world.clock.now_ms() + 1, 10)
 
-    assert await world.clock.run_until(held, 4000), "heartbeat never reported 'orders' as held"
+    async def held() -> list[HeldBiz]:
+        return [h for beat in await world.store.leases.broker_beats() for h in beat.held]
+
+    async def reported() -> bool:
+        return bool(await held())
+
+    assert await world.clock.run_until(reported, 4000), "heartbeat never reported 'orders' held"
+    expected = [HeldBiz("orders", 1, claimed.claimed_at or 0)]
+    got = await held()
+    print(f"expected {expected}, got {got}")
+    assert got == expected
     await world.clock.drive(world.broker.stop())
-    assert await world.store.leases.held_biz_types(world.clock.now_ms()) == set()
+    assert await world.store.leases.broker_beats() == [], "a stopped broker is forgotten"
 
 
 async def test_config_change_applies_without_restart(world: World) -> None:

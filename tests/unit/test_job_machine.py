@@ -223,7 +223,11 @@ class JobLife(RuleBasedStateMachine):
         if self.job.claim is not None:
             self.claims += 1
             self.old_claims.append(self.job.claim)
-            self._apply(machine.reclaim(self.job.claim, f"c{self.claims}", self.fence, self.now))
+            self._apply(
+                machine.reclaim(
+                    self.job.claim, f"c{self.claims}", self.fence, self.now, self.job.sending
+                )
+            )
 
     @rule(stale=st.booleans(), retry=st.booleans())
     def start_sending(self, stale: bool, retry: bool) -> None:

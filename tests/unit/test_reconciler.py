@@ -13,6 +13,7 @@ from tests.unit.daemon_harness import (
     run_until,
 )
 from timer_service.clock import FakeClock
+from timer_service.dispatch import HeldBiz
 from timer_service.jobs import NewJob
 from timer_service.model import second_of
 from timer_service.store.memory import MemoryStore
@@ -46,7 +47,9 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     await store.dispatch.claim_due(s, start, "dead-2", 1, start)  # never published
 
     clock.advance(61_000)
-    await store.leases.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
+    await store.leases.broker_heartbeat(
+        "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), clock.now_ms() + 30_000
+    )
     h = Harness(store, clock)
     await h.step()
 
@@ -79,7 +82,9 @@ async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
     await store.dispatch.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
 
     clock.advance(61_000)
-    await store.leases.broker_heartbeat("broker-1", ["held"], clock.now_ms() + 30_000)
+    await store.leases.broker_heartbeat(
+        "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), clock.now_ms() + 30_000
+    )
     h = Harness(store, clock)
     await h.step()
 

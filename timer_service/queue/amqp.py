@@ -96,6 +96,8 @@ class AmqpConsumer:
 
 
 class AmqpQueue:
+    durable = True
+
     def __init__(self, url: str, prefix: str = "timer") -> None:
         self._url = url
         self._prefix = prefix

@@ -29,6 +29,7 @@ def encode(job: Claimed) -> bytes:
             "attempt": job.attempt,
             "claim": job.claim,
             "fence": job.fence,
+            "claimed_at": job.claimed_at,
         },
         separators=(",", ":"),
     ).encode()
@@ -45,6 +46,7 @@ def decode(body: bytes) -> Claimed:
         attempt=d["attempt"],
         claim=d["claim"],
         fence=d.get("fence", 0),
+        claimed_at=d.get("claimed_at", 0),
     )
 
 
@@ -80,6 +82,10 @@ Handler = Callable[[Delivery], Awaitable[None]]
 
 
 class DispatchQueue(Protocol):
+    # Whether messages outlive the process that consumes them (RabbitMQ: yes; the
+    # in-process queue: no, so a new leader republishes what the old one held).
+    durable: bool
+
     async def connect(self) -> None: ...
 
     async def close(self) -> None:

@@ -106,6 +106,8 @@ class MemoryConsumer:
 
 
 class MemoryQueue:
+    durable = False  # gone with the process
+
     def __init__(self) -> None:
         self._ready: dict[str, asyncio.Queue[tuple[bytes, bool]]] = defaultdict(asyncio.Queue)
         # Per biz type in registration order; the first is the single active one.

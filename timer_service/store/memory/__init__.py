@@ -5,6 +5,7 @@ lives beside the real adapter and one contract suite keeps it honest).
 
 from __future__ import annotations
 
+from timer_service.clock import Clock
 from timer_service.store.memory.audit import MemoryAudit
 from timer_service.store.memory.biz_types import MemoryBizTypes
 from timer_service.store.memory.console import MemoryConsole
@@ -16,10 +17,12 @@ from timer_service.store.memory.state import MemoryState
 
 
 class MemoryStore:
-    def __init__(self, buckets: int = 60, retention_ms: int = 30 * 86_400_000) -> None:
+    def __init__(
+        self, buckets: int = 60, retention_ms: int = 30 * 86_400_000, clock: Clock | None = None
+    ) -> None:
         self.buckets = buckets
         self.retention_ms = retention_ms
-        self.state = MemoryState(buckets)
+        self.state = MemoryState(buckets, clock=clock)
         self.biz_types = MemoryBizTypes(self.state)
         self.jobs = MemoryJobs(self.state)
         self.dispatch = MemoryDispatch(self.state)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 
 from timer_service import jobs as machine
-from timer_service.dispatch import Claimed, SecondEntry
+from timer_service.dispatch import Claimed, SecondEntry, sender_of
 from timer_service.model import Job, JobState
 from timer_service.store.memory.state import MemoryState
 
@@ -111,17 +111,29 @@ class MemoryDispatch:
         claimed_before_ms: int,
         limit: int,
         *,
-        skip_biz_types: Collection[str] = (),
+        claimed_before_by_biz: Mapping[str, int] | None = None,
+        unmarked_only: bool = False,
     ) -> list[Job]:
-        skip = set(skip_biz_types)
+        bounds = claimed_before_by_biz or {}
         out = []
         for key in self._s.dispatched:
             job = self._s.jobs[key]
+            before = min(claimed_before_ms, bounds.get(job.biz_type, claimed_before_ms))
             if (
                 job.claimed_at is not None
-                and job.claimed_at < claimed_before_ms
-                and job.biz_type not in skip
+                and job.claimed_at < before
+                and not (unmarked_only and job.sending is not None)
             ):
+                out.append(job)
+        out.sort(key=lambda j: j.claimed_at or 0)
+        return out[:limit]
+
+    async def find_sent_by(self, broker_ids: Collection[str], limit: int) -> list[Job]:
+        wanted = set(broker_ids)
+        out = []
+        for key in self._s.dispatched:
+            job = self._s.jobs[key]
+            if job.sending is not None and sender_of(job.sending) in wanted:
                 out.append(job)
         out.sort(key=lambda j: j.claimed_at or 0)
         return out[:limit]
@@ -137,7 +149,9 @@ class MemoryDispatch:
             job = self._s.jobs.get(old.key)
             if job is None or old.claim is None or job.fence > fence:
                 continue
-            changed = self._s.apply(job, machine.reclaim(old.claim, claim, fence, now_ms))
+            changed = self._s.apply(
+                job, machine.reclaim(old.claim, claim, fence, now_ms, old.sending)
+            )
             if changed is not None and changed.next_attempt_at is not None:
                 out.append(machine.claimed(changed, self._s.second_of_job[job.key]))
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from timer_service.dispatch import BrokerBeat, HeldBiz
 from timer_service.store.memory.state import Lease, MemoryState
 
 
@@ -48,16 +49,15 @@ class MemoryLeases:
         return True
 
     async def broker_heartbeat(
-        self, broker_id: str, holding: Sequence[str], expires_at_ms: int
-    ) -> None:
-        self._s.brokers[broker_id] = (frozenset(holding), expires_at_ms)
+        self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int
+    ) -> int:
+        ordered = tuple(sorted(held, key=lambda h: h.biz_type))
+        self._s.brokers[broker_id] = BrokerBeat(broker_id, expires_at_ms, ordered)
+        clock = self._s.clock
+        return now_ms if clock is None else clock.now_ms()
 
-    async def held_biz_types(self, now_ms: int) -> set[str]:
-        held: set[str] = set()
-        for holding, expires_at in self._s.brokers.values():
-            if expires_at >= now_ms:
-                held |= holding
-        return held
+    async def broker_beats(self) -> list[BrokerBeat]:
+        return list(self._s.brokers.values())
 
     async def broker_gone(self, broker_id: str) -> None:
         self._s.brokers.pop(broker_id, None)

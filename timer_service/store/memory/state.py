@@ -10,6 +10,8 @@ import asyncio
 import bisect
 from dataclasses import dataclass, field
 
+from timer_service.clock import Clock
+from timer_service.dispatch import BrokerBeat
 from timer_service.jobs import Change
 from timer_service.model import BizType, Job, JobState, job_key
 
@@ -36,7 +38,10 @@ class MemoryState:
     biz: dict[str, BizType] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
-    brokers: dict[str, tuple[frozenset[str], int]] = field(default_factory=dict)
+    brokers: dict[str, BrokerBeat] = field(default_factory=dict)
+    # The store's own clock, which writes report back (a test may skew it against the
+    # callers'); None: a caller's clock stands in for it.
+    clock: Clock | None = None
     watchers: list[asyncio.Queue[int]] = field(default_factory=list)
     closed: bool = False
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 from bson import ObjectId
@@ -148,15 +149,36 @@ class MongoDispatch:
         claimed_before_ms: int,
         limit: int,
         *,
-        skip_biz_types: Collection[str] = (),
+        claimed_before_by_biz: Mapping[str, int] | None = None,
+        unmarked_only: bool = False,
     ) -> list[Job]:
         # Served by the (state, claimed_at) index of every bucket.
-        query: Doc = {
-            "state": JobState.DISPATCHED.value,
-            "claimed_at": {"$lt": claimed_before_ms},
-        }
-        if skip_biz_types:
-            query["biz_type"] = {"$nin": sorted(skip_biz_types)}
+        query: Doc = {"state": JobState.DISPATCHED.value}
+        bounds = claimed_before_by_biz or {}
+        if bounds:
+            others = {
+                "biz_type": {"$nin": sorted(bounds)},
+                "claimed_at": {"$lt": claimed_before_ms},
+            }
+            query["$or"] = [others] + [
+                {"biz_type": biz, "claimed_at": {"$lt": min(bound, claimed_before_ms)}}
+                for biz, bound in sorted(bounds.items())
+            ]
+        else:
+            query["claimed_at"] = {"$lt": claimed_before_ms}
+        if unmarked_only:
+            query["sending"] = None
+        return await self._oldest_claims_first(query, limit)
+
+    async def find_sent_by(self, broker_ids: Collection[str], limit: int) -> list[Job]:
+        if not broker_ids:
+            return []
+        # A send mark is "<broker id>/<random>" (dispatch.new_send_token).
+        marks = "|".join(re.escape(b) for b in sorted(broker_ids))
+        query = {"state": JobState.DISPATCHED.value, "sending": {"$regex": f"^(?:{marks})/"}}
+        return await self._oldest_claims_first(query, limit)
+
+    async def _oldest_claims_first(self, query: Doc, limit: int) -> list[Job]:
         found = await asyncio.gather(
             *(
                 c.find(query).sort("claimed_at", ASCENDING).limit(limit).to_list(None)
@@ -193,7 +215,7 @@ class MongoDispatch:
             ops = []
             for j in items:
                 assert j.claim is not None
-                change = machine.reclaim(j.claim, claim, fence, now_ms)
+                change = machine.reclaim(j.claim, claim, fence, now_ms, j.sending)
                 query = {"_id": j.key, **guard_filter(change.guard), "fence": {"$lte": fence}}
                 ops.append(UpdateOne(query, change_update(change)))
             bucket = self._l.buckets[b]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
+from timer_service.dispatch import BrokerBeat, HeldBiz
 from timer_service.store.mongo.layout import Layout
 
 
@@ -69,17 +71,38 @@ class MongoLeases:
         return True
 
     async def broker_heartbeat(
-        self, broker_id: str, holding: Sequence[str], expires_at_ms: int
-    ) -> None:
-        await self._l.brokers.update_one(
+        self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int
+    ) -> int:
+        # A list, not a document keyed by biz type: biz type names may hold dots.
+        entries = [
+            {"b": h.biz_type, "n": h.messages, "oldest": h.oldest_claimed_at}
+            for h in sorted(held, key=lambda h: h.biz_type)
+        ]
+        # $currentDate: the store's clock comes back with the write, no extra round trip.
+        doc = await self._l.brokers.find_one_and_update(
             {"_id": broker_id},
-            {"$set": {"holding": sorted(holding), "expires_at": expires_at_ms}},
+            {"$set": {"held": entries, "expires_at": expires_at_ms}, "$currentDate": {"at": True}},
             upsert=True,
+            return_document=ReturnDocument.AFTER,
         )
+        return _epoch_ms(doc["at"]) if doc is not None and "at" in doc else now_ms
 
-    async def held_biz_types(self, now_ms: int) -> set[str]:
-        docs = await self._l.brokers.find({"expires_at": {"$gte": now_ms}}).to_list(None)
-        return {b for d in docs for b in d.get("holding", ())}
+    async def broker_beats(self) -> list[BrokerBeat]:
+        docs = await self._l.brokers.find({}).to_list(None)
+        return [
+            BrokerBeat(
+                d["_id"],
+                int(d.get("expires_at", 0)),
+                tuple(HeldBiz(h["b"], int(h["n"]), int(h["oldest"])) for h in d.get("held", ())),
+            )
+            for d in docs
+        ]
 
     async def broker_gone(self, broker_id: str) -> None:
         await self._l.brokers.delete_one({"_id": broker_id})
+
+
+def _epoch_ms(at: datetime) -> int:
+    if at.tzinfo is None:  # a client without tz_aware: BSON dates are UTC
+        at = at.replace(tzinfo=UTC)
+    return round(at.timestamp() * 1000)

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Protocol
 
 from timer_service.dispatch import Claimed, SecondEntry
@@ -83,17 +83,26 @@ class DispatchPort(Protocol):
         claimed_before_ms: int,
         limit: int,
         *,
-        skip_biz_types: Collection[str] = (),
+        claimed_before_by_biz: Mapping[str, int] | None = None,
+        unmarked_only: bool = False,
     ) -> list[Job]:
         """Dispatched jobs claimed before the given time, oldest claim first (the
-        reconciler's input). `skip_biz_types` leaves those out, so that a page is never
-        filled with jobs the caller would pass over."""
+        reconciler's input). `claimed_before_by_biz` sets an earlier bound for some biz
+        types (what a live broker may still hold is left out, so that a page is never
+        filled with jobs the caller would pass over); `unmarked_only` leaves out jobs
+        whose send has started."""
+        ...
+
+    async def find_sent_by(self, broker_ids: Collection[str], limit: int) -> list[Job]:
+        """Dispatched jobs whose send mark one of these brokers made
+        (`dispatch.sender_of`), oldest claim first."""
         ...
 
     async def reclaim(
         self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
     ) -> list[Claimed]:
-        """`jobs.reclaim` of still-dispatched jobs (same old claim); returns those moved."""
+        """`jobs.reclaim` of still-dispatched jobs (same old claim, and the send mark
+        each had when read: none, or the same one); returns those moved."""
         ...
 
     async def keep_identities(self, now_ms: int, limit: int) -> int:

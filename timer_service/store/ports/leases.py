@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from timer_service.dispatch import BrokerBeat, HeldBiz
+
 
 class LeasesPort(Protocol):
     async def acquire_lease(self, name: str, holder: str, ttl_ms: int, now_ms: int) -> int | None:
@@ -25,11 +27,15 @@ class LeasesPort(Protocol):
         ...
 
     async def broker_heartbeat(
-        self, broker_id: str, holding: Sequence[str], expires_at_ms: int
-    ) -> None:
-        """A live broker says which biz types it holds messages of."""
+        self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int
+    ) -> int:
+        """A live broker says what it holds, per biz type; the store's own clock at the
+        write (epoch ms), which the broker's skew guard learns from (`now_ms`, the
+        caller's clock, where the store keeps no clock of its own)."""
         ...
 
-    async def held_biz_types(self, now_ms: int) -> set[str]: ...
+    async def broker_beats(self) -> list[BrokerBeat]:
+        """Every broker's last heartbeat, lapsed ones included (until `broker_gone`)."""
+        ...
 
     async def broker_gone(self, broker_id: str) -> None: ...
