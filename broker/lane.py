@@ -335,6 +335,11 @@ class Lane:
             return
         finally:
             self._checking -= counted
+            # Out of the bookkeeping before the lane wakes (a done callback would come
+            # after its step, which then saw this mark still in flight and slept on).
+            task = asyncio.current_task()
+            if task is not None:
+                self._checks.discard(task)
             self._wake()
         self._learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
         for item in batch:

@@ -335,3 +335,27 @@ async def test_a_plain_duplicate_of_a_marked_send_is_dropped(
     assert await fake_clock.run_until(lambda: bool(duplicate.fates), 5000)
     assert duplicate.fates == ["ack"] and sender.sent == [], "a duplicate was called back"
     await lane.close()
+
+
+async def test_messages_arriving_during_a_mark_are_marked_after_it(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    """The mark that ends wakes the lane for what came meanwhile: a lane woken before
+    the ended mark left its bookkeeping waited for ever (found with two brokers and a
+    kill -9: the new owner's first batch was 3 messages, the other 37 never went out)."""
+    store, sender, *_ = parts
+    due = fake_clock.now_ms()
+    jobs = await claimed_jobs(store, fake_clock, 40, due)
+    for job in jobs[:3]:  # done with already: their messages are acked, nothing sent
+        await store.jobs.cancel_job("orders", job.job_id, due)
+    lane = make_lane(parts, fake_clock, max_concurrency=8)
+    lane.start()
+    for job in jobs[:3]:
+        lane.offer(FakeDelivery(job))
+    await asyncio.sleep(0)  # the first mark is on its way with those 3 messages
+    for job in jobs[3:]:
+        lane.offer(FakeDelivery(job))
+    assert await fake_clock.run_until(lambda: len(sender.sent) == 37, 10_000), (
+        f"expected 37 sends, got {len(sender.sent)}"
+    )
+    await lane.close()
