@@ -41,6 +41,9 @@ MAX_BATCH_ITEMS = 1000
 MIN_RATE_LIMIT_PER_S = 0.001  # one callback per 1000 s
 MAX_TIMEOUT_MS = 300_000  # 5 minutes for one callback
 MAX_BURST = 10_000
+# A registration quota above this is no quota; its default burst (one second's worth)
+# stays within MAX_BURST.
+MAX_REGISTRATION_RATE_PER_S = 10_000
 MAX_CONCURRENCY = 1000  # callbacks in flight at once, per biz type
 MIN_CYCLE_INTERVAL_MS = 1000  # a cycling interval schedule: as fine as a seconds cron
 # A due time (epoch ms) before 2001-01-01T00:00:00Z can only be seconds given for ms.

@@ -214,9 +214,10 @@ async def test_callback_headers_body_and_signature(env: Env, broker: Broker) -> 
     assert len(env.receiver.received) == 2, f"expected 2 callbacks, got {env.receiver.received}"
     for r in env.receiver.received:
         body = r.json
-        expected_keys = {"biz_type", "job_id", "payload", "due_at", "fired_at", "attempt"}
+        expected_keys = {"biz_type", "job_id", "payload", "due_at", "fired_at", "attempt", "labels"}
         assert set(body) == expected_keys, f"expected {expected_keys}, got {set(body)}"
         assert body["payload"] == payload and body["due_at"] == due and body["attempt"] == 1
+        assert body["labels"] == {}, f"a job created without labels has none: {body['labels']}"
         assert body["fired_at"] >= due, f"early: fired_at {body['fired_at']} < due {due}"
         assert r.at_ms >= due, f"arrived {due - r.at_ms:.1f} ms early"
         assert r.headers["Content-Type"] == "application/json"

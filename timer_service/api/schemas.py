@@ -32,6 +32,7 @@ from timer_service.constants import (
     MAX_CONCURRENCY,
     MAX_LABEL_VALUE_CHARS,
     MAX_LABELS,
+    MAX_REGISTRATION_RATE_PER_S,
     MAX_SECRET_OVERLAP_S,
     MAX_TIMEOUT_MS,
     MIN_CYCLE_INTERVAL_MS,
@@ -222,9 +223,11 @@ class BizTypeIn(_Strict):
     registration_rate_per_s: float | None = Field(
         None,
         ge=MIN_RATE_LIMIT_PER_S,
+        le=MAX_REGISTRATION_RATE_PER_S,
         description=(
             "Jobs this biz type may create per second on each API process (over it: 429"
-            " with `Retry-After`); null or absent = unlimited."
+            f" with `Retry-After`), {MIN_RATE_LIMIT_PER_S} to {MAX_REGISTRATION_RATE_PER_S};"
+            " null or absent = unlimited."
         ),
     )
     registration_burst: Int | None = Field(
