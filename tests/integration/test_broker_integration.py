@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import statistics
@@ -35,6 +36,7 @@ from tests.unit.test_broker_flow import (
     wait_for_states,
 )
 from timer_service.clock import SystemClock
+from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState
 from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name
@@ -358,12 +360,16 @@ async def test_hanging_biz_does_not_delay_another(env: Env) -> None:
     await create(env.store, "hangs", [f"h{i}" for i in range(50)], hang_due)
     env.daemon.watch([hang_due])
     await env.daemon.dispatch_once()
-    due = now_ms() + 1800
-    jobs = await create(env.store, "healthy", [f"ok{i}" for i in range(500)], due)
-    env.daemon.watch([due])
+    # The contract's nominal load: 500 jobs due within one second.
+    start = now_ms() + 1800
+    due_of = {f"ok{i}": start + 2 * i for i in range(500)}
+    news = [NewJob("healthy", j, due, json.dumps({"j": j})) for j, due in due_of.items()]
+    await env.store.jobs.create_jobs(news, now_ms())
+    jobs = [("healthy", j) for j in due_of]
+    env.daemon.watch(due_of.values())
     env.daemon.run([])  # claims and publishes up to 1.5 s ahead of the due time
     await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 30)
-    lateness = sorted(r.at_ms - due for r in env.receiver.for_biz("healthy"))
+    lateness = sorted(r.at_ms - due_of[r.json["job_id"]] for r in env.receiver.for_biz("healthy"))
     assert len(lateness) == 500, f"expected 500, got {len(lateness)}"
     assert lateness[0] >= 0, f"early by {-lateness[0]:.1f} ms"
     p99 = lateness[int(len(lateness) * 0.99) - 1]
