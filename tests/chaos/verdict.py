@@ -13,6 +13,9 @@ Definitions (docs/operations.md, "Chaos run"):
   callback after the job's 2xx answer. Each is attributed to the fault whose window
   overlaps the original's flight: from its `fired_at` to its answer plus
   `OUTCOME_GRACE_MS` (the outcome is written after the answer). None fits: unexplained.
+  An attributed one is "on the wire" when the fault began before the original's answer
+  (or the original never got one), else "outcome pending": answered before the fault,
+  its outcome not yet written when the fault came.
 - rate limit: over every interval between two sends of the limited biz type (by
   `fired_at`), sends ≤ burst + rate x (interval + 1 ms): the 1 ms is the timestamps'
   resolution.
@@ -70,7 +73,15 @@ class Duplicate:
     attempt: int
     original: Call
     copy: Call
-    fault: str | None
+    fault: Fault | None
+
+    @property
+    def cause(self) -> str:
+        if self.fault is None:
+            return "unexplained"
+        answered = self.original.answered_ms
+        on_wire = answered is None or self.fault.start_ms <= answered
+        return f"{self.fault.name} ({'on the wire' if on_wire else 'outcome pending'})"
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class Report:
     rate_excess: list[RateExcess] = field(default_factory=list)
     cancels: dict[str, int] = field(default_factory=dict)  # answer -> how many
     lateness_ms: dict[str, float] = field(default_factory=dict)
+    first_attempts: list[Call] = field(default_factory=list)  # of the unlimited biz types
     earliest_fired_minus_due_ms: int | None = None
 
     @property
@@ -102,8 +114,7 @@ class Report:
     def summary(self) -> dict[str, object]:
         causes: dict[str, int] = {}
         for d in self.duplicates:
-            cause = d.fault or "unexplained"
-            causes[cause] = causes.get(cause, 0) + 1
+            causes[d.cause] = causes.get(d.cause, 0) + 1
         return {
             "jobs": self.jobs,
             "lost": len(self.lost),
@@ -162,8 +173,12 @@ def judge(
     for limit in rate_limits:
         sends = sorted(c.fired_at for c in calls if c.biz_type == limit.biz_type)
         report.rate_excess += rate_excess(limit, sends)
-    firsts = [c for c in calls if c.attempt == 1 and c.biz_type not in limited]
-    report.lateness_ms = lateness(firsts)
+    report.first_attempts = [  # the first copy of each job's attempt 1
+        job_calls[0]
+        for job_calls in by_job.values()
+        if job_calls[0].attempt == 1 and job_calls[0].biz_type not in limited
+    ]
+    report.lateness_ms = lateness(report.first_attempts)
     if calls:
         report.earliest_fired_minus_due_ms = min(c.fired_at - c.due_at for c in calls)
     return report
@@ -187,9 +202,15 @@ def _early(job_calls: list[Call], backoff: Backoff) -> list[str]:
         if call.received_ms < not_before:
             found.append(
                 f"{call.job_id} attempt {call.attempt} received {not_before - call.received_ms}"
-                f" ms before its retry was allowed (after {previous.reply})"
+                f" ms before its retry was allowed (after {previous.reply}, {hint_of(previous)})"
             )
     return found
+
+
+def hint_of(call: Call) -> str:
+    return (
+        "no Retry-After" if call.retry_after is None else f"Retry-After {call.retry_after[:20]!r}"
+    )
 
 
 def retry_not_before_ms(previous: Call, backoff: Backoff) -> int:
@@ -197,7 +218,7 @@ def retry_not_before_ms(previous: Call, backoff: Backoff) -> int:
     one: its outcome was known no earlier than our answer (or, when we hung, than the
     request's arrival), and the wait counts from then."""
     known_at = previous.answered_ms if previous.answered_ms is not None else previous.received_ms
-    hint = previous.reply.retry_after
+    hint = previous.retry_after
     if previous.answered_ms is not None and hint is not None:
         hint = hint.strip()
         if hint.isascii() and hint.isdigit():
@@ -226,11 +247,11 @@ def _duplicates(job_id: str, job_calls: list[Call], faults: list[Fault]) -> list
     return found
 
 
-def _cause(original: Call, faults: list[Fault]) -> str | None:
+def _cause(original: Call, faults: list[Fault]) -> Fault | None:
     flight_end = (original.answered_ms or original.received_ms) + OUTCOME_GRACE_MS
     for fault in faults:
         if fault.start_ms <= flight_end and fault.end_ms >= original.fired_at:
-            return fault.name
+            return fault
     return None
 
 

@@ -6,12 +6,13 @@ from tests.chaos.receiver import Call, Reply
 from tests.chaos.verdict import Backoff, Cancel, Fault, RateLimit, judge, rate_excess
 
 BACKOFF = Backoff(initial_ms=1000, max_ms=8000, multiplier=2.0)
-DUE = 10_000
+DUE = 1_790_000_000_000  # in 2026: a 2015 date is in the past
 
 
 def call(job: str, attempt: int, fired: int, reply: Reply = Reply(), biz: str = "b") -> Call:
     answered = None if reply.hang_s else fired + 5
-    return Call(biz, job, attempt, DUE, fired, fired + 1, reply, answered)
+    hint = None if answered is None else reply.retry_after_at(answered)
+    return Call(biz, job, attempt, DUE, fired, fired + 1, reply, answered, hint)
 
 
 def test_a_clean_run_has_nothing_to_say() -> None:
@@ -46,11 +47,15 @@ def test_early_first_attempts_and_early_retries() -> None:
         call("huge", 2, DUE + 5 + 7999),  # capped by max_backoff_ms
         call("garbage", 1, DUE, Reply(429, "²")),
         call("garbage", 2, DUE + 5 + 500),  # an unreadable hint: the backoff applies
+        call("dated", 1, DUE, Reply(429, retry_after_date_in_s=3)),
+        call("dated", 2, DUE + 5 + 1000),  # an HTTP date 3 s ahead: 2 s early at least
+        call("past", 1, DUE, Reply(429, "Wed, 21 Oct 2015 07:28:00 GMT")),
+        call("past", 2, DUE + 5),  # a date gone by: no wait
     ]
     jobs = {c.job_id: DUE for c in calls}
     report = judge(jobs, calls, [], [], dict.fromkeys(jobs, "delivered"), BACKOFF)
     flagged = sorted(line.split()[0] for line in report.early)
-    assert flagged == ["backoff", "first", "garbage"], report.early
+    assert flagged == ["backoff", "dated", "first", "garbage"], report.early
 
 
 def test_duplicates_are_attributed_to_a_fault_overlapping_the_original_flight() -> None:
@@ -63,9 +68,19 @@ def test_duplicates_are_attributed_to_a_fault_overlapping_the_original_flight() 
     faults = [Fault("kill -9 broker-a", DUE + 2_000, DUE + 4_000)]
     states = {"killed": "delivered", "blip": "delivered"}
     report = judge(dict.fromkeys(states, DUE), calls, [], faults, states, BACKOFF)
-    causes = {(d.job_id, d.fault) for d in report.duplicates}
-    assert causes == {("killed", "kill -9 broker-a"), ("blip", None)}, causes
+    causes = {(d.job_id, d.cause) for d in report.duplicates}
+    expected = {("killed", "kill -9 broker-a (outcome pending)"), ("blip", "unexplained")}
+    assert causes == expected, causes
     assert [d.job_id for d in report.unexplained_duplicates] == ["blip"]
+    hung = judge(
+        {"hung": DUE},
+        [call("hung", 1, DUE + 1_000, Reply(hang_s=3)), call("hung", 1, DUE + 20_000)],
+        [],
+        faults,
+        {"hung": "delivered"},
+        BACKOFF,
+    )
+    assert [d.cause for d in hung.duplicates] == ["kill -9 broker-a (on the wire)"], hung
 
 
 def test_a_callback_after_a_200_cancel_is_reported() -> None:
