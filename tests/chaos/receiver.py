@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -15,11 +16,19 @@ from tests.support import free_port
 
 @dataclass(frozen=True)
 class Reply:
-    """One planned answer: a status (with its Retry-After), or no answer for `hang_s`."""
+    """One planned answer: a status with its Retry-After (as given, or an HTTP date that
+    many seconds after the answer), or no answer for `hang_s`."""
 
     status: int = 200
     retry_after: str | None = None
+    retry_after_date_in_s: float | None = None
     hang_s: float = 0.0
+
+    def retry_after_at(self, answered_ms: int) -> str | None:
+        if self.retry_after_date_in_s is not None:
+            when_s = answered_ms / 1000 + self.retry_after_date_in_s
+            return email.utils.formatdate(when_s, usegmt=True)
+        return self.retry_after
 
 
 @dataclass
@@ -34,6 +43,7 @@ class Call:
     received_ms: int
     reply: Reply
     answered_ms: int | None = None
+    retry_after: str | None = None  # the header as sent
 
     @property
     def accepted(self) -> bool:
@@ -83,7 +93,8 @@ class ChaosReceiver:
             await asyncio.sleep(reply.hang_s)
             return web.Response(status=504)
         call.answered_ms = now_ms()
-        headers = {} if reply.retry_after is None else {"Retry-After": reply.retry_after}
+        call.retry_after = reply.retry_after_at(call.answered_ms)
+        headers = {} if call.retry_after is None else {"Retry-After": call.retry_after}
         return web.Response(status=reply.status, headers=headers)
 
     def by_job(self) -> dict[str, list[Call]]:
