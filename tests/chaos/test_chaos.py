@@ -3,7 +3,7 @@ come for the whole run, a receiver misbehaves for some jobs and some jobs are ca
 around their due time. It prints and asserts: 0 lost, 0 stuck, 0 early, 0 callbacks after
 a 200 cancel, duplicates only for callbacks in flight at a fault, the rate limit held over
 every window. Longer runs: CHAOS_JOBS=10000 CHAOS_SPREAD_MS=300000 (the fault schedule
-repeats every CHAOS_CYCLE_MS); docs/operations.md, "Chaos run"."""
+repeats every CHAOS_CYCLE_MS); docs/architecture.md, "Fault tests and the chaos run"."""
 
 from __future__ import annotations
 

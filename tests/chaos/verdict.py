@@ -1,7 +1,7 @@
 """What a chaos run proves, from what the receiver saw, the cancels' answers, the faults'
 times and the store's final states. Pure: no I/O, unit-tested in tests/unit.
 
-Definitions (docs/operations.md, "Chaos run"):
+Definitions (docs/architecture.md, "Fault tests and the chaos run"):
 
 - lost: accepted, not cancelled, and never answered 2xx by the receiver.
 - stuck: not in a final state (delivered, dead, cancelled) when the run ends.
