@@ -4,8 +4,8 @@ that died had just spent it: over the handover, up to `burst` callbacks more tha
 contract's `burst + rate x W` go out. The smallest run that shows it: a herd of a
 rate-limited biz type, its owning broker killed once the first burst is out.
 
-Known to fail on the code it was written against (docs/architecture.md, "Fault tests and the chaos run"):
-deselected unless TIMER_KNOWN_BUGS=1."""
+Known to fail on the code it was written against: deselected unless TIMER_KNOWN_BUGS=1
+(docs/architecture.md, "Fault tests and the chaos run")."""
 
 from __future__ import annotations
 
