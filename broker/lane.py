@@ -3,9 +3,13 @@
 Ownership: every biz type has its own quorum queue with single-active-consumer,
 so at any time one broker across all replicas consumes a biz type's stream.
 That is what makes the token bucket and the in-flight cap below global: they
-live in the one process that owns the stream. Limit: after a failover (the
-owner dies or stops) the new owner's bucket starts full, so one extra burst
-may go out around the handover.
+live in the one process that owns the stream. Across a handover (the owner
+dies or loses its connection, and RabbitMQ redelivers what it held to the next
+consumer) the new owner cannot know what the old one spent, so a redelivered
+message reaching a lane that holds nothing empties its bucket: the stream goes
+on at the rate, never with a fresh burst on top of the old owner's. Limit: an
+old owner still alive (its connection closed) may send the few jobs it had
+already marked, on its own bucket, after the handover.
 
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
@@ -170,6 +174,9 @@ class Lane:
 
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
+        if delivery.redelivered and not self.holding and not self._bucket.unlimited:
+            # Taken over from another holder (or our own closed channel): start empty.
+            self._bucket.empty(self._clock.monotonic_s())
         claimed = delivery.job
         key = job_key(claimed.biz_type, claimed.job_id)
         twin = self._by_key.get(key)

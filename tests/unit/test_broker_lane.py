@@ -195,6 +195,31 @@ async def test_token_bucket_paces_sends(parts: Any, fake_clock: FakeClock) -> No
     await lane.close()
 
 
+async def test_a_stream_taken_over_goes_on_at_the_rate_without_a_fresh_burst(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    """Redelivered messages at an idle lane: another holder had them, and may have just
+    spent the burst; the contract's bound holds across the handover only if this lane
+    starts empty."""
+    store, sender, *_ = parts
+    start = fake_clock.now_ms()
+    jobs = await claimed_jobs(store, fake_clock, 5, start)
+    lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=3)
+    for job in jobs:
+        delivery = FakeDelivery(job)
+        delivery.redelivered = True
+        lane.offer(delivery)
+    for _ in range(100):  # 1 s by hand, 10 ms at a time
+        lane._step()
+        await settle()
+        lane._step()
+        await settle()
+        fake_clock.advance(10)
+    times = [at - start for at, _ in sender.sent]
+    assert times == [100, 200, 300, 400, 500], f"expected one per 100 ms from empty, got {times}"
+    await lane.close()
+
+
 async def test_in_flight_cap_and_pause(parts: Any, fake_clock: FakeClock) -> None:
     store, sender, *_ = parts
     sender.gate = asyncio.Event()
