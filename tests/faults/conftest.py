@@ -23,6 +23,7 @@ from tests.support import (
     secantus_server,
     unique_name,
 )
+from tests.transaction_reaper import TransactionReaper
 
 # 83 jobs/s for 30 s: the rate of issue 6's "5,000 jobs over a minute", for half the
 # minute. Each fault lands at the same fraction of the run as in the minute-long version
@@ -37,8 +38,9 @@ LEAD_MS = 5_000
 
 @pytest.fixture
 def own_store() -> Iterator[SecantusServer]:
-    """A SecantusDB server for one scenario only: some scenarios restart it."""
-    with secantus_server() as server:
+    """A SecantusDB server for one scenario only: some scenarios restart it. Abandoned
+    transactions are reaped as mongod would (tests/transaction_reaper.py)."""
+    with secantus_server() as server, TransactionReaper(server.url):
         yield server
 
 
