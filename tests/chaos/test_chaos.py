@@ -106,7 +106,9 @@ async def final_states(api: httpx.AsyncClient, biz_types: list[str]) -> dict[str
     for biz in biz_types:
         cursor = None
         while True:
-            params = {"biz_type": biz, "limit": 1000, **({"cursor": cursor} if cursor else {})}
+            params: dict[str, str | int] = {"biz_type": biz, "limit": 1000}
+            if cursor:
+                params["cursor"] = cursor
             r = await api.get("/v1/jobs", params=params)
             assert r.status_code == 200, r.text
             page = r.json()
@@ -129,6 +131,11 @@ def print_report(report: Report, faults: list[Fault], started_ms: int) -> None:
             f"[chaos] duplicate {d.job_id} attempt {d.attempt}: fired {at(d.original.fired_at)}"
             f" answered {at(d.original.answered_ms)}, again {at(d.copy.fired_at)}: {d.cause}"
         )
+    for e in report.rate_excess:
+        print(
+            f"[chaos] rate excess: {e.sends} sends of {e.biz_type} in {e.window_ms} ms from"
+            f" {at(e.start_ms)} (bound {e.bound:.3f})"
+        )
     for second, late in lateness_by_due_second(report, started_ms):
         print(f"[chaos] due at {second:+4d}s: first-attempt lateness {late}")
     for label, items in (
@@ -136,7 +143,6 @@ def print_report(report: Report, faults: list[Fault], started_ms: int) -> None:
         ("stuck", [f"{j} {s}" for j, s in report.stuck.items()]),
         ("early", report.early),
         ("after a 200 cancel", report.after_cancel),
-        ("rate excess", [str(e) for e in report.rate_excess]),
     ):
         if items:
             print(f"[chaos] {label} ({len(items)}): {items[:10]}")

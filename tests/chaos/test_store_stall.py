@@ -46,7 +46,7 @@ async def test_every_job_is_called_back_after_a_store_stall_longer_than_the_leas
     chaos.store_proxy.set_mode("stall")
     await asyncio.sleep(STALL_S)
     chaos.store_proxy.set_mode("pass")
-    expected = {job["job_id"] for job in jobs}
+    expected = {str(job["job_id"]) for job in jobs}
     deadline = time.monotonic() + SPREAD_MS / 1000 + 60
     while time.monotonic() < deadline and not expected <= chaos.receiver.accepted_jobs():
         await asyncio.sleep(0.5)

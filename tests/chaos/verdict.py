@@ -90,6 +90,7 @@ class RateExcess:
     sends: int
     window_ms: int
     bound: float
+    start_ms: int = 0  # the first send of the window
 
 
 @dataclass
@@ -186,7 +187,7 @@ def judge(
 
 def _early(job_calls: list[Call], backoff: Backoff) -> list[str]:
     found = []
-    by_attempt = {}
+    by_attempt: dict[int, Call] = {}
     for call in job_calls:
         by_attempt.setdefault(call.attempt, call)
     for call in job_calls:
@@ -265,7 +266,7 @@ def rate_excess(limit: RateLimit, sends_ms: list[int]) -> list[RateExcess]:
             bound = limit.burst + limit.per_s * (window_ms + TIMESTAMP_RESOLUTION_MS) / 1000
             count = j - i + 1
             if count > bound and (worst is None or count - bound > worst.sends - worst.bound):
-                worst = RateExcess(limit.biz_type, count, window_ms, bound)
+                worst = RateExcess(limit.biz_type, count, window_ms, bound, start)
         if worst is not None:
             found.append(worst)
     return found
