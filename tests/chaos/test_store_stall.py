@@ -1,10 +1,10 @@
 """A leader daemon whose store goes silent for longer than its lease TTL steps down and
 takes the lease again; every job due after must still be called back.
 
-Written while chasing a hang seen once in the chaos run (the leader, which had taken
-over 6 s before, stopped claiming for good after a 3 s store stall: 1,500 jobs left
-pending and dispatched). This narrower run has not reproduced that hang; it guards the
-step-down-and-retake path itself.
+Written while chasing the freezes of the first chaos runs (the leader stopped claiming
+after a store fault, 1,500 jobs left pending and dispatched). Their cause was the store
+server's (tests/integration/test_store_abandoned_transaction.py); this guards the
+step-down-and-retake path itself, which held.
 """
 
 from __future__ import annotations
