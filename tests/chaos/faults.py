@@ -58,10 +58,10 @@ async def kill_leader_daemon(chaos: Chaos) -> str:
 async def close_broker_connections(chaos: Chaos, name: str) -> str:
     """`rabbitmqctl close_connection` on the broker's connections, found by the peer ports
     its proxy uses towards RabbitMQ."""
-    started = now_ms()
     ports = chaos.amqp_proxies[name].upstream_ports()
     vhost = chaos.amqp_url.rsplit("/", 1)[1]
     listing = await asyncio.to_thread(rabbitmqctl, "list_connections", "pid", "peer_port", "vhost")
+    started = now_ms()  # the listing takes seconds on a busy node; the fault starts now
     closed = 0
     for line in listing.splitlines():
         fields = line.split("\t")
