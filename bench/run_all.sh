@@ -24,5 +24,8 @@ run bench/callback_bench.py --store secantus --jobs 3000 --runs 3
 run bench/roundtrips_bench.py --jobs 2000 --seconds 10
 run bench/herd_bench.py --herd 100000
 run bench/api_load_bench.py --duration 60
+run bench/overload_bench.py --runs 3
 run bench/list_bench.py --jobs 20000
+run bench/console_bench.py --jobs 10000 --runs 3
+run bench/console_paint_bench.py --jobs 10000 --runs 5
 echo "===== done ($(date -u +%H:%M:%S))" | tee -a "$log"

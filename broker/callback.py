@@ -54,7 +54,7 @@ def build_request(
     body = (
         f'{{"biz_type":{json.dumps(job.biz_type)},"job_id":{json.dumps(job.job_id)},'
         f'"payload":{job.payload_json},"due_at":{job.due_at},"fired_at":{fired_at},'
-        f'"attempt":{attempt}}}'
+        f'"attempt":{attempt},"labels":{json.dumps(dict(job.labels), ensure_ascii=False)}}}'
     ).encode()
     msg_id = f"{job.biz_type}:{job.job_id}"
     timestamp_s = fired_at // 1000

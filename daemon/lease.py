@@ -29,7 +29,9 @@ class LeaseKeeper:
     Validity is judged locally against the deadline of the last successful
     acquire or renew (counted from when the call was sent), so a daemon that
     cannot reach the store stops claiming when its lease may have lapsed, not
-    when it hears that it did.
+    when it hears that it did. A call is given up once its answer could no longer
+    help (a renew at that deadline, an acquire after a TTL), so a reply stuck on a
+    slow store never keeps the keeper from trying again.
     """
 
     def __init__(
@@ -106,7 +108,10 @@ class LeaseKeeper:
 
     async def _try_acquire(self, now: int) -> None:
         try:
-            token = await self._leases.acquire_lease(self._name, self.holder, self.ttl_ms, now)
+            token = await self._clock.wait_for(
+                self._leases.acquire_lease(self._name, self.holder, self.ttl_ms, now),
+                self.ttl_ms / 1000,
+            )
         except Exception as exc:  # a standby keeps trying
             self._metrics.store_error("acquire_lease")
             log.warning("lease acquire failed", extra={"error": repr(exc)})
@@ -123,8 +128,9 @@ class LeaseKeeper:
 
     async def _renew(self, now: int, term: Term) -> None:
         try:
-            ok = await self._leases.renew_lease(
-                self._name, self.holder, term.fence, self.ttl_ms, now
+            ok = await self._clock.wait_for(
+                self._leases.renew_lease(self._name, self.holder, term.fence, self.ttl_ms, now),
+                max(0.001, (self._valid_until_ms - now) / 1000),
             )
         except Exception as exc:  # retry soon; the deadline still guards
             self._metrics.store_error("renew_lease")

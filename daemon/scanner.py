@@ -145,6 +145,8 @@ class Scanner:
         if self._term is None:
             return now + NOT_LEADER_RECHECK_MS  # a lease change sets `wake` sooner
         try:
+            if self._resume_pending:
+                await self._resume()
             await self._refresh(now)
             await self._claim_live()
             await self._catch_up()
@@ -164,6 +166,7 @@ class Scanner:
         self._scan_from_s = second_of(now)  # live seconds below this are listed already
         self._next_nonempty_s: int | None = None  # first non-empty second >= _scan_from_s
         self._backlog_from_s: int | None = None  # next backlog second to visit
+        self._resume_pending = False  # a new term's catch-up start is still to be read
         self._backlog_to_s = 0
         self._backlog: _BacklogSecond | None = None
         self._tokens = 0.0
@@ -176,14 +179,22 @@ class Scanner:
         self._reset(now)
         self._term = term
         live_from_s = second_of(now)
-        # The backlog starts at 0, not at the saved pointer: walking the index
-        # costs one query per non-empty second only, and it also finds a
-        # second written below the pointer just before the last leader died.
-        self._backlog_from_s = 0
+        # The catch-up resumes from the persisted pointer (read by `_resume`): every
+        # second below it was done by an earlier leader. A second written below it
+        # just before that leader died is found by the safety poll, which covers
+        # everything below the backlog and runs first thing in a new term.
+        self._resume_pending = True
         self._backlog_to_s = live_from_s - 1
         self._scan_from_s = live_from_s
+        self._last_poll_ms = now - self.config.safety_poll_ms
         self.last_claim_ms = now  # the old leader's claims become stale from now on
         log.info("scanner took over", extra={"fence": term.fence, "live_from_s": live_from_s})
+
+    async def _resume(self) -> None:
+        saved = await self._pointers.load_pointer(POINTER_NAME)
+        self._backlog_from_s = 0 if saved is None else min(saved, self._backlog_to_s + 1)
+        self._resume_pending = False
+        log.info("catch-up resumes", extra={"from_s": self._backlog_from_s, "pointer": saved})
 
     # -- 1. refresh ---------------------------------------------------------------------
     async def _refresh(self, now: int) -> None:

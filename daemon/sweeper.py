@@ -8,6 +8,10 @@ than `margin_ms` (normally none: the scanner claims jobs up to 2 s before they
 are due), renews their seconds' entries, and nudges the scanner, which loads
 them at once. Seconds the scanner holds or will still visit in its catch-up
 are left to it.
+
+Every `keep_interval_ms` it also asks the store to keep the identity records of
+jobs that live far past their fire time (a biz type paused for days) from
+expiring before them (`DispatchPort.keep_identities`; normally none).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 60_000
 DEFAULT_MARGIN_MS = 10_000
+DEFAULT_KEEP_INTERVAL_MS = 3_600_000
 PAGE = 1000
 
 
@@ -39,6 +44,7 @@ class OverdueSweeper:
         nudge: Callable[[int], None],
         interval_ms: int = DEFAULT_INTERVAL_MS,
         margin_ms: int = DEFAULT_MARGIN_MS,
+        keep_interval_ms: int = DEFAULT_KEEP_INTERVAL_MS,
     ) -> None:
         self._dispatch = dispatch
         self._lease = lease
@@ -48,8 +54,10 @@ class OverdueSweeper:
         self._nudge = nudge
         self.interval_ms = interval_ms
         self.margin_ms = margin_ms
+        self.keep_interval_ms = keep_interval_ms
         self._term: Term | None = None
         self._next_ms = 0
+        self._next_keep_ms = 0
 
     def next_sweep_ms(self) -> int:
         return self._next_ms
@@ -63,6 +71,11 @@ class OverdueSweeper:
         if term is None or now < self._next_ms:
             return 0
         self._next_ms = now + self.interval_ms
+        if now >= self._next_keep_ms:
+            self._next_keep_ms = now + self.keep_interval_ms
+            kept = await self._dispatch.keep_identities(now, PAGE)
+            if kept:
+                log.info("identities of long-waiting jobs kept", extra={"jobs": kept})
         return await self.sweep()
 
     async def sweep(self) -> int:

@@ -17,6 +17,7 @@ POINTERS_COLLECTION = "pointers"
 ROUNDS_COLLECTION = "rounds"  # claim rounds not yet confirmed by the queue (normally few)
 BROKERS_COLLECTION = "brokers"  # broker heartbeats: which biz types a live broker holds
 SCHEDULES_COLLECTION = "schedules"
+AUDIT_COLLECTION = "audit"  # operator actions, kept for the retention period
 
 # A bucket per second of the minute: few enough collections for any MongoDB
 # (two WiredTiger files each), while consecutive seconds land in different
@@ -26,6 +27,11 @@ DEFAULT_BUCKETS = 60
 
 # How long a stopping process waits for a cancelled task before leaving it behind.
 TASK_STOP_TIMEOUT_S = 3.0
+
+# Job labels (docs/api.md, "Labels"): a flat object of string pairs.
+LABEL_KEY_PATTERN = r"^[a-z0-9_.-]{1,32}$"
+MAX_LABELS = 8
+MAX_LABEL_VALUE_CHARS = 128
 
 MAX_BATCH_ITEMS = 1000
 

@@ -33,6 +33,7 @@ from timer_service.model import (
     Attempt,
     Job,
     JobState,
+    Labels,
     canonical_json,
     encode_payload,
     same_payload,
@@ -54,6 +55,7 @@ class NewJob:
     # False when the request gave delay_ms: an existing job then matches on payload only.
     compare_due: bool = True
     trace: TraceContext | None = None  # the registration's W3C trace context, if valid
+    labels: Labels = ()
 
 
 class CreateStatus(StrEnum):
@@ -112,6 +114,7 @@ def new_job(new: NewJob, now_ms: int) -> Job:
         created_at=now_ms,
         updated_at=now_ms,
         trace=new.trace,
+        labels=new.labels,
     )
 
 
@@ -121,17 +124,24 @@ def payload_fingerprint(payload_json: str) -> str:
 
 
 def repeat_status(existing: Job, new: NewJob) -> CreateStatus:
-    """A create of an identity that exists: the same request again, or a conflict."""
+    """A create of an identity that exists: the same request again, or a conflict.
+    Labels compare like the payload: a different labels object is a conflict."""
     same_due = not new.compare_due or existing.due_at == new.due_at
-    if same_due and same_payload(existing.payload_json, new.payload_json):
+    if (
+        same_due
+        and existing.labels == new.labels
+        and same_payload(existing.payload_json, new.payload_json)
+    ):
         return CreateStatus.EXISTS
     return CreateStatus.CONFLICT
 
 
-def repeat_status_by_fingerprint(due_at: int, fingerprint: str, new: NewJob) -> CreateStatus:
-    """`repeat_status` when only the due time and payload fingerprint are known."""
+def repeat_status_by_fingerprint(
+    due_at: int, fingerprint: str, labels: Labels, new: NewJob
+) -> CreateStatus:
+    """`repeat_status` when only the due time, payload fingerprint and labels are known."""
     same_due = not new.compare_due or due_at == new.due_at
-    if same_due and fingerprint == payload_fingerprint(new.payload_json):
+    if same_due and labels == new.labels and fingerprint == payload_fingerprint(new.payload_json):
         return CreateStatus.EXISTS
     return CreateStatus.CONFLICT
 

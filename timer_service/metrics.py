@@ -63,6 +63,22 @@ class Metrics:
         self._created = Counter(
             "timer_jobs_created", "Jobs accepted (201)", ["biz_type"], registry=r
         )
+        self._api_inflight = Gauge(
+            "timer_api_requests_inflight",
+            "/v1 requests at work now (bounded by TIMER_API_MAX_INFLIGHT)",
+            registry=r,
+        )
+        self._api_shed = Counter(
+            "timer_api_requests_shed",
+            "/v1 requests refused with 503 because the API was at its in-flight limit",
+            registry=r,
+        )
+        self._over_quota = Counter(
+            "timer_registrations_over_quota",
+            "Job creates refused with 429 by the biz type's registration quota",
+            ["biz_type"],
+            registry=r,
+        )
         self._seconds_restored = Counter(
             "timer_seconds_restored",
             "Seconds-index entries restored for pending jobs that none pointed at",
@@ -161,6 +177,15 @@ class Metrics:
     # -- API
     def job_created(self, biz_type: str, count: int = 1) -> None:
         self._created.labels(biz_type).inc(count)
+
+    def api_inflight(self, count: int) -> None:
+        self._api_inflight.set(count)
+
+    def api_request_shed(self) -> None:
+        self._api_shed.inc()
+
+    def registrations_over_quota(self, biz_type: str, count: int = 1) -> None:
+        self._over_quota.labels(biz_type).inc(count)
 
     def http_request(self, method: str, route: str, status: int, duration_s: float) -> None:
         """One answered API request; `route` is the route's template, never the raw path."""

@@ -49,6 +49,14 @@ def canonical_json(text: str) -> str:
     return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
 
 
+Labels = tuple[tuple[str, str], ...]  # a job's labels as sorted (key, value) pairs
+
+
+def labels_of(mapping: dict[str, str] | None) -> Labels:
+    """Labels in their one spelling: sorted pairs, so equal objects compare equal."""
+    return tuple(sorted((mapping or {}).items()))
+
+
 def second_of(ms: int) -> int:
     return ms // 1000
 
@@ -89,6 +97,7 @@ class Job:
     delivered_at: int | None = None
     last_error: str | None = None
     history: tuple[Attempt, ...] = ()
+    labels: Labels = ()
     # Internal bookkeeping, never shown by the API.
     claim: str | None = None  # token of the dispatch that owns the job now
     fence: int = 0  # lease token of the daemon that claimed it last
@@ -122,6 +131,7 @@ class Job:
             "delivered_at": self.delivered_at,
             "last_error": self.last_error,
             "history": [a.to_dict() for a in self.history],
+            "labels": dict(self.labels),
         }
 
     def evolve(self, **changes: Any) -> Job:
@@ -171,6 +181,10 @@ class BizType:
     # During a rotation the secret replaced last still signs until this time (epoch ms).
     previous_signing_secret: str | None = field(default=None, repr=False)
     previous_secret_expires_at: int | None = None
+    # The API's registration quota (timer_service.quota): jobs created per second on one
+    # API process, and how many at once; None = unlimited.
+    registration_rate_per_s: float | None = None
+    registration_burst: int | None = None
 
     def signing_secrets(self, now_ms: int) -> tuple[str, ...]:
         """The secrets a callback sent at `now_ms` is signed with: the current one first."""
@@ -230,6 +244,8 @@ class BizType:
             "has_signing_secret": self.signing_secret is not None,
             "signing_secret_rotating_until": self.previous_secret_expires_at if rotating else None,
             "paused": self.paused,
+            "registration_rate_per_s": self.registration_rate_per_s,
+            "registration_burst": self.registration_burst,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -259,4 +275,6 @@ class BizType:
             updated_at=d.get("updated_at", 0),
             previous_signing_secret=d.get("previous_signing_secret"),
             previous_secret_expires_at=d.get("previous_secret_expires_at"),
+            registration_rate_per_s=d.get("registration_rate_per_s"),
+            registration_burst=d.get("registration_burst"),
         )

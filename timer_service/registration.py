@@ -1,6 +1,8 @@
 """Registering jobs: the one way a job comes to exist, for the API and the scheduler.
 
-It refuses jobs of unknown biz types, creates the rest in one bulk store call,
+It refuses jobs of unknown biz types and, for the API, the whole request when a biz
+type's registration quota is used up (`timer_service.quota`, 429); it creates the
+rest in one bulk store call,
 counts what was created (`timer_jobs_created_total`) and tells the listener
 (the in-process daemon of `dev`) which seconds got jobs.
 """
@@ -14,7 +16,8 @@ from collections.abc import Callable, Sequence
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.metrics import Metrics
-from timer_service.model import second_of
+from timer_service.model import BizType, second_of
+from timer_service.quota import OverQuota, RegistrationQuota
 from timer_service.store.ports.biz_types import BizTypesPort
 from timer_service.store.ports.jobs import JobsPort
 
@@ -31,19 +34,24 @@ class Registrar:
         *,
         biz_types: BizTypesPort | None = None,
         on_jobs_written: JobsWritten | None = None,
+        quota: RegistrationQuota | None = None,
     ) -> None:
         self.jobs = jobs
         self._metrics = metrics
         self._biz_types = biz_types
         self._on_jobs_written = on_jobs_written
+        self._quota = quota
 
     async def register(
         self, news: Sequence[NewJob], now_ms: int
     ) -> list[CreateResult | InvalidInput]:
         """One result per request, in order: created, existing or conflicting, or the
-        error that refused it (an unknown biz type, when biz types are checked)."""
+        error that refused it (an unknown biz type, when biz types are checked).
+        OverQuota, with nothing written, when a biz type's quota is short (the quota
+        needs the biz types checked)."""
         results: list[CreateResult | InvalidInput | None] = [None] * len(news)
         unknown: set[str] = set()
+        known: dict[str, BizType] = {}
         if self._biz_types is not None and news:
             names = {new.biz_type for new in news}
             known = await self._biz_types.get_biz_types(sorted(names))
@@ -54,6 +62,13 @@ class Registrar:
                 results[i] = InvalidInput(f"unknown biz type {new.biz_type!r}", ("biz_type",))
             else:
                 accepted.append(i)
+        if accepted and self._quota is not None:
+            counts = Counter(news[i].biz_type for i in accepted)
+            try:
+                self._quota.admit(counts, known, now_ms)
+            except OverQuota as refused:
+                self._metrics.registrations_over_quota(refused.biz_type, counts[refused.biz_type])
+                raise
         if accepted:
             written = await self.jobs.create_jobs([news[i] for i in accepted], now_ms)
             for i, result in zip(accepted, written, strict=True):

@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     publish_batch: int = Field(default=1000, ge=1)
     broker_prefetch: int = Field(default=2000, ge=1)
     stats_interval_s: float = Field(default=300, ge=0)  # timer_jobs_by_state sample; 0 = off
+    # Admission control (docs/operations.md, "Overload"): /v1 requests at work at once,
+    # and how long one beyond that may wait for a slot before its 503.
+    api_max_inflight: int = Field(default=64, ge=1)
+    api_admission_wait_ms: int = Field(default=1000, ge=0, le=5000)
 
     @model_validator(mode="after")
     def _tokens_parse(self) -> Self:

@@ -23,3 +23,19 @@ async def test_biz_type_keeps_its_rotation_state(store: Store) -> None:
     got = await store.biz_types.get_biz_type("orders")
     expected = BizType("orders", "http://x/", signing_secret="new", created_at=1, updated_at=2)
     assert got == expected, f"expected {expected}, got {got}"
+
+
+async def test_biz_type_keeps_its_registration_quota(store: Store) -> None:
+    limited = BizType(
+        "orders", "http://x/", registration_rate_per_s=12.5, registration_burst=40,
+        created_at=1, updated_at=1,
+    )  # fmt: skip
+    await store.biz_types.put_biz_type(limited)
+    got = await store.biz_types.get_biz_type("orders")
+    assert got == limited, f"expected {limited}, got {got}"
+    assert await store.biz_types.get_biz_types(["orders"]) == {"orders": limited}
+
+    unlimited = BizType("orders", "http://x/", created_at=1, updated_at=2)
+    await store.biz_types.put_biz_type(unlimited)
+    got = await store.biz_types.get_biz_type("orders")
+    assert got == unlimited, f"expected the quota lifted (None, None), got {got}"

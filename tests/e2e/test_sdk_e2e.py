@@ -368,8 +368,9 @@ class Cli:
                 f"timer-service {' '.join(args)}: stdout is not JSON:\n{out}"
             ) from None
 
-    async def problem(self, *args: str) -> dict[str, Any]:
-        out, err = await self.run(*args, expect=1)
+    async def problem(self, *args: str, expect: int = 1) -> dict[str, Any]:
+        """A problem on stderr and the exit code for it: 3 not found, 1 other API errors."""
+        out, err = await self.run(*args, expect=expect)
         assert out == "", f"timer-service {' '.join(args)}: expected no stdout, got {out!r}"
         try:
             problem: dict[str, Any] = json.loads(err)
@@ -420,7 +421,7 @@ async def test_every_cli_subcommand_against_the_live_service(
         job = await cli.json("jobs", "get", biz, "cli-get")
         assert (job["biz_type"], job["job_id"]) == (biz, "cli-get"), job
         assert job["payload"] == {"job": "cli-get"}, job
-        missing = await cli.problem("jobs", "get", biz, "no-such-job")
+        missing = await cli.problem("jobs", "get", biz, "no-such-job", expect=3)
         assert missing.get("status") == 404, f"expected a 404 problem, got {missing}"
 
         cancelled = await cli.json("jobs", "cancel", biz, "cli-cancel")
@@ -492,7 +493,7 @@ async def test_every_cli_subcommand_against_the_live_service(
     for name in (biz, dead_biz):
         out, _ = await cli.run("biz-types", "delete", name)
         assert out == "", f"biz-types delete prints nothing; got {out!r}"
-        gone = await cli.problem("biz-types", "get", name)
+        gone = await cli.problem("biz-types", "get", name, expect=3)
         assert gone.get("status") == 404, f"after delete: expected 404, got {gone}"
     names = [b["biz_type"] for b in await cli.json("biz-types", "list")]
     assert biz not in names and dead_biz not in names, names

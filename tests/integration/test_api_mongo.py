@@ -255,3 +255,63 @@ async def test_a_store_that_stops_answering_is_503_then_recovers(secantus: Secan
         finally:
             process.stop()
             process.log_path.unlink(missing_ok=True)
+
+
+async def test_console_endpoints_over_mongo(api_process: ApiProcess) -> None:
+    """Labels, search, bulk cancel (dry run, then in pages), audit and stats through
+    the real process on SecantusDB; bad input refused with nothing changed."""
+    async with httpx.AsyncClient(base_url=api_process.url, timeout=60) as c:
+        check(
+            await c.put("/v1/biz-types/shop", json={"callback_url": "http://127.0.0.1:1/cb"}), 201
+        )
+        due = int(time.time() * 1000) + 3_600_000
+        jobs = [
+            {"biz_type": "shop", "job_id": f"o-{i:02d}", "due_at": due + i * 1000,
+             "labels": {"tenant": f"t{i % 2}"}}
+            for i in range(10)
+        ]  # fmt: skip
+        results = check(await c.post("/v1/jobs:batch", json={"jobs": jobs}), 200)["results"]
+        assert {r["status"] for r in results} == {201}, results
+        assert results[3]["job"]["labels"] == {"tenant": "t1"}
+
+        page = check(await c.get("/v1/jobs?biz_type=shop&label=tenant:t1&limit=100"), 200)
+        got = [j["job_id"] for j in page["items"]]
+        assert got == [f"o-{i:02d}" for i in range(1, 10, 2)], got
+        window = f"due_after={due + 2000}&due_before={due + 4000}"
+        page = check(await c.get(f"/v1/jobs?biz_type=shop&state=pending&{window}"), 200)
+        assert [j["job_id"] for j in page["items"]] == ["o-02", "o-03"], page
+        check(await c.get("/v1/jobs?label=nocolon"), 422)
+
+        where = {"biz_type": "shop", "labels": {"tenant": "t0"}}
+        before = check(await c.get("/v1/jobs?biz_type=shop&limit=100"), 200)
+        for bad, status in (({"filter": {}}, 422), ({"filter": {"biz_type": "nope"}}, 404),
+                            ({"filter": {**where, "state": "dead"}}, 422)):  # fmt: skip
+            check(await c.post("/v1/jobs:bulk-cancel", json=bad), status)
+        assert check(await c.get("/v1/jobs?biz_type=shop&limit=100"), 200) == before
+        dry = check(
+            await c.post("/v1/jobs:bulk-cancel", json={"filter": where, "dry_run": True}), 200
+        )
+        assert dry["matched"] == 5 and dry["changed"] == 0, dry
+        changed, cursor, ops = 0, None, set()
+        while True:
+            call: dict[str, Any] = {"filter": where, "limit": 2}
+            if cursor:
+                call["cursor"] = cursor
+            answer = check(await c.post("/v1/jobs:bulk-cancel", json=call), 200)
+            changed += answer["changed"]
+            ops.add(answer["operation_id"])
+            cursor = answer["next_cursor"]
+            if cursor is None:
+                break
+        assert changed == 5 and len(ops) == 1, (changed, ops)
+        left = check(await c.get("/v1/jobs?biz_type=shop&state=cancelled&limit=100"), 200)
+        assert [j["job_id"] for j in left["items"]] == [f"o-{i:02d}" for i in range(0, 10, 2)]
+
+        audit = check(await c.get("/v1/audit?biz_type=shop"), 200)["items"]
+        assert [e["action"] for e in audit] == ["jobs.bulk_cancel"] * 3 + ["biz_type.put"]
+        assert sum(e["count"] for e in audit[:3]) == 5 and audit[0]["actor"] == "anonymous"
+        stats = check(await c.get("/v1/biz-types/shop/stats"), 200)
+        assert stats["counts"] == {"pending": 5, "dispatched": 0, "delivered": 0, "dead": 0,
+                                   "cancelled": 5}, stats  # fmt: skip
+        every = check(await c.get("/v1/stats"), 200)
+        assert [i["biz_type"] for i in every["items"]] == ["shop"], every

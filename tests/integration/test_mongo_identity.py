@@ -6,15 +6,19 @@ store has none, so these checks read the MongoDB documents themselves."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
 from tests.contract.stores import NOW, attempt, new
 from tests.support import SecantusServer, unique_name
+from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.jobs import CreateStatus
 from timer_service.model import JobState, second_of
+from timer_service.search import JobFilter
 from timer_service.store.mongo import MongoStore
+from timer_service.store.mongo.layout import LOCATOR_SLACK_MS
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +30,13 @@ async def store(secantus: SecantusServer) -> AsyncIterator[MongoStore]:
     yield mongo
     await mongo.drop_database()
     await mongo.close()
+
+
+async def delivered(store: MongoStore, at: int) -> None:
+    s = second_of(NOW + 5000)
+    [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    await store.outcomes.record_outcomes([Outcome(ref, OutcomeKind.DELIVERED, attempt(1))], at)
 
 
 async def dead_job(store: MongoStore) -> None:
@@ -46,14 +57,68 @@ async def test_a_finished_job_s_locator_expires_after_it(store: MongoStore) -> N
     assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
 
 
-async def test_a_replay_in_the_same_bucket_clears_the_locator_s_expiry(store: MongoStore) -> None:
+@pytest.mark.parametrize("how", ["cancel", "bulk cancel"])
+async def test_a_cancelled_job_s_locator_expires_after_it(store: MongoStore, how: str) -> None:
+    await store.jobs.create_jobs([new("a")], NOW)
+    if how == "cancel":
+        await store.jobs.cancel_job("orders", "a", NOW + 1)
+    else:
+        [job], _ = await store.console.search_jobs(JobFilter(biz_type="orders"), 10, None)
+        change = machine.cancel(job, NOW + 1)
+        assert change is not None
+        await store.console.apply_changes([(job, change)], NOW + 1)
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    loc = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert job_doc is not None and job_doc["state"] == "cancelled" and loc is not None
+    assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
+
+
+async def test_a_replay_in_the_same_bucket_moves_the_locator_s_expiry_on(
+    store: MongoStore,
+) -> None:
     await dead_job(store)
     replay_at = NOW + 65_000  # 60 s on: the same bucket, so the job is rewritten in place
     job = await store.jobs.replay_job("orders", "a", replay_at)
     assert job.state == JobState.PENDING
     loc = await store.layout.locator.find_one({"_id": "orders/a"})
-    assert loc is not None and loc["expire_at"] is None, loc
-    assert loc["second"] == second_of(replay_at), loc
+    assert loc is not None and loc["second"] == second_of(replay_at), loc
+    assert loc["expire_at"] == store.layout.locator_written_expire_at(job, replay_at), loc
+
+
+async def test_an_outcome_on_time_writes_no_locator(store: MongoStore) -> None:
+    await store.jobs.create_jobs([new("a")], NOW)
+    before = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert before is not None and before["expire_at"] is not None, before
+    await delivered(store, at=NOW + 5000)
+    after = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert after == before, "the locator was written although its expiry already fit"
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    assert job_doc is not None and after is not None
+    assert after["expire_at"] > job_doc["expire_at"] + timedelta(days=1), after
+
+
+async def test_a_job_that_ends_long_after_its_fire_time_extends_its_locator(
+    store: MongoStore,
+) -> None:
+    await store.jobs.create_jobs([new("a")], NOW)
+    late = NOW + 5000 + LOCATOR_SLACK_MS + 3_600_000  # e.g. its biz type was paused
+    await delivered(store, at=late)
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    loc = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert job_doc is not None and loc is not None
+    assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
+
+
+async def test_the_keeper_extends_the_locators_of_jobs_still_waiting(store: MongoStore) -> None:
+    await store.jobs.create_jobs([new("a"), new("b", due_at=NOW + 6 * 86_400_000)], NOW)
+    loc_b = await store.layout.locator.find_one({"_id": "orders/b"})
+    assert await store.dispatch.keep_identities(NOW + 6000, 100) == 0  # nothing waits long
+    later = NOW + 5000 + LOCATOR_SLACK_MS  # "a" still pending, long after its fire time
+    assert await store.dispatch.keep_identities(later, 100) == 1
+    loc_a = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert loc_a is not None
+    assert loc_a["expire_at"] >= store.layout.locator_expire_at(later + LOCATOR_SLACK_MS // 2)
+    assert await store.layout.locator.find_one({"_id": "orders/b"}) == loc_b, "b was touched"
 
 
 async def test_an_identity_whose_job_expired_is_free_again(store: MongoStore) -> None:

@@ -178,6 +178,8 @@ async def test_put_biz_type_creates_with_defaults(make_api: Callable[..., Any]) 
         "has_signing_secret": False,
         "signing_secret_rotating_until": None,
         "paused": False,
+        "registration_rate_per_s": None,
+        "registration_burst": None,
         "created_at": NOW,
         "updated_at": NOW,
     }
@@ -317,6 +319,7 @@ async def test_create_with_due_at(api: Api) -> None:
         "delivered_at": None,
         "last_error": None,
         "history": [],
+        "labels": {},
     }
     assert api.created_total("orders") == 1.0
     assert api.written == [[(NOW + 60_000) // 1000]]

@@ -46,9 +46,18 @@ def test_body_is_the_contract_json_with_the_payload_as_registered() -> None:
         "due_at": NOW - 5,
         "fired_at": NOW + 3,
         "attempt": 2,
+        "labels": {},
     }
     assert body == expected, f"expected {expected}, got {body}"
     assert b'"payload":{"order":42,"name":"Zo\xc3\xab"}' in request.body
+
+
+def test_body_carries_the_labels() -> None:
+    job = make_job().evolve(labels=(("region", "eu-1"), ("tenant", "Zoë")))
+    request = build_request(make_biz(), job, attempt=1, fired_at=NOW + 3)
+    labels = json.loads(request.body)["labels"]
+    expected = {"region": "eu-1", "tenant": "Zoë"}
+    assert labels == expected, f"expected {expected}, got {labels}"
 
 
 def test_headers_and_standard_webhooks_signature() -> None:

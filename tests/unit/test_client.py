@@ -41,7 +41,7 @@ def job_doc(biz_type: str = "orders", job_id: str = "order-42", **changes: Any) 
         "biz_type": biz_type, "job_id": job_id, "due_at": DUE_AT, "payload": {"order": 42},
         "state": "pending", "attempts": 0, "next_attempt_at": DUE_AT,
         "created_at": DUE_AT - 1000, "updated_at": DUE_AT - 1000,
-        "delivered_at": None, "last_error": None, "history": [],
+        "delivered_at": None, "last_error": None, "history": [], "labels": {},
     }  # fmt: skip
     return doc | changes
 

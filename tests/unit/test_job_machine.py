@@ -54,7 +54,24 @@ def test_a_repeated_create_matches_on_due_time_and_payload_value() -> None:
     by_delay = NewJob("orders", "o1", job.due_at + 1, '{"a":1,"b":2}', compare_due=False)
     assert machine.repeat_status(job, by_delay) == CreateStatus.EXISTS
     print_ = machine.payload_fingerprint(job.payload_json)
-    assert machine.repeat_status_by_fingerprint(job.due_at, print_, same) == CreateStatus.EXISTS
+    assert machine.repeat_status_by_fingerprint(job.due_at, print_, (), same) == CreateStatus.EXISTS
+
+
+def test_a_repeated_create_compares_labels_like_the_payload() -> None:
+    job = machine.new_job(NewJob("orders", "o1", T0, "1", labels=(("a", "1"), ("b", "2"))), T0)
+    for labels, expected in (
+        ((("a", "1"), ("b", "2")), CreateStatus.EXISTS),
+        ((("a", "1"),), CreateStatus.CONFLICT),
+        ((), CreateStatus.CONFLICT),
+        ((("a", "1"), ("b", "3")), CreateStatus.CONFLICT),
+    ):
+        again = NewJob("orders", "o1", T0, "1", labels=labels)
+        got = machine.repeat_status(job, again)
+        assert got == expected, f"labels {labels}: expected {expected}, got {got}"
+        by_print = machine.repeat_status_by_fingerprint(
+            T0, machine.payload_fingerprint("1"), job.labels, again
+        )
+        assert by_print == expected, f"{labels}: expected {expected}, got {by_print}"
 
 
 def test_cancel_from_each_state() -> None:

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
 from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import install_openapi, operation_id
@@ -26,6 +27,7 @@ from timer_service.api.problems import (
     on_request_validation,
 )
 from timer_service.api.routes_biz import build_biz_router
+from timer_service.api.routes_console import build_console_router
 from timer_service.api.routes_health import build_health_router
 from timer_service.api.routes_jobs import build_jobs_router
 from timer_service.api.routes_problems import build_problems_router
@@ -37,6 +39,7 @@ from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing
+from timer_service.ui import install_console, install_docs
 from timer_service.wiring import scheduler as default_scheduler
 
 DESCRIPTION = """\
@@ -55,6 +58,10 @@ TAGS = [
     {"name": "biz types", "description": "Each business's callback, limits and retry policy."},
     {"name": "jobs", "description": "Timers: create, read, list, cancel, reschedule, replay."},
     {"name": "schedules", "description": "Recurring schedules; each occurrence is a job."},
+    {
+        "name": "console",
+        "description": "For operators: bulk cancel and replay by filter, the audit log, stats.",
+    },
     {
         "name": "health",
         "description": "Liveness, readiness, Prometheus metrics and problem types (no auth).",
@@ -83,7 +90,12 @@ def create_app(
     scheduler: Scheduler | None = None,
     tracing: Tracing = NO_TRACING,
 ) -> FastAPI:
-    ctx = ApiContext(settings, store, metrics, clock, on_jobs_written, tuple(ready_checks))
+    admission = AdmissionGate(
+        settings.api_max_inflight, settings.api_admission_wait_ms, clock, metrics
+    )
+    ctx = ApiContext(
+        settings, store, metrics, clock, on_jobs_written, tuple(ready_checks), admission
+    )
     if scheduler is None:
         scheduler = default_scheduler(store, metrics, clock)
     app = FastAPI(
@@ -93,12 +105,16 @@ def create_app(
         openapi_tags=TAGS,
         generate_unique_id_function=operation_id,
         **_FASTAPI_TELEMETRY,
+        # Swagger UI from local assets (install_docs); FastAPI's own pages load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     tokens = Tokens(settings.named_tokens())
     routers = [
         build_biz_router(ctx),
         build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
+        build_console_router(ctx, scheduler),
         build_health_router(ctx),
         build_problems_router(),
     ]
@@ -118,10 +134,12 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_request_validation)
 
-    # Added innermost first: observe -> errors -> host -> auth -> JSON only -> body limit ->
-    # the routes. Every refusal before the routes is decided on the request head, the body unread.
+    # Added innermost first: observe -> errors -> host -> auth -> admission -> JSON only ->
+    # body limit -> the routes. Every refusal before the routes is decided on the request
+    # head, the body unread.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(JsonBodiesOnlyMiddleware)
+    app.add_middleware(AdmissionMiddleware, gate=admission, clock=clock)
     app.add_middleware(BearerAuthMiddleware, tokens=tokens)
     allowed_hosts = settings.allowed_host_list()
     if allowed_hosts is not None:
@@ -132,6 +150,8 @@ def create_app(
     )
 
     install_openapi(app)
+    install_docs(app)
+    install_console(app)
     app.state.context = ctx
     app.state.scheduler = scheduler
     return app

@@ -6,9 +6,15 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
+from fastapi import Request
+
+from timer_service.api.admission import AdmissionGate
+from timer_service.audit import AuditAction, new_entry
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
+from timer_service.quota import RegistrationQuota
 from timer_service.registration import Registrar
 from timer_service.settings import Settings
 from timer_service.store.base import Store
@@ -27,6 +33,7 @@ class ApiContext:
     clock: Clock
     on_jobs_written: JobsWritten | None = None
     ready_checks: Sequence[ReadyCheck] = ()
+    admission: AdmissionGate | None = None
 
     @cached_property
     def registrar(self) -> Registrar:
@@ -35,7 +42,18 @@ class ApiContext:
             self.metrics,
             biz_types=self.store.biz_types,
             on_jobs_written=self.on_jobs_written,
+            quota=RegistrationQuota(),
         )
+
+    async def audit(
+        self, request: Request, action: AuditAction, biz_type: str, **fields: Any
+    ) -> None:
+        """Record an operator action, by the token's name the auth layer put on the
+        request. Recorded before the answer: a store error fails the request (whose
+        change is done; retrying it is safe), rather than leaving the action unrecorded."""
+        actor = getattr(request.state, "actor", "anonymous")
+        entry = new_entry(self.clock.now_ms(), actor, action, biz_type, **fields)
+        await self.store.audit.record(entry)
 
     def jobs_written(self, seconds: Sequence[int]) -> None:
         """Tell whoever listens (the in-process daemon of `dev`) which seconds got jobs;

@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from timer_service.api.console_schemas import BulkIn
 from timer_service.api.problems import PROBLEM_MEDIA_TYPE, TITLES
 from timer_service.api.schemas import (
     BizTypeIn,
@@ -27,6 +28,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobCreateIn,
     JobBatchIn,
     JobPatchIn,
+    BulkIn,
     ScheduleIn,
 )
 

@@ -12,6 +12,7 @@ from timer_service.api.problems import Loc, Problem
 from timer_service.api.schemas import JobCreateIn, JobPatchIn
 from timer_service.errors import InvalidInput
 from timer_service.jobs import NewJob
+from timer_service.model import labels_of
 from timer_service.tracecontext import TraceContext
 
 
@@ -46,6 +47,7 @@ def new_job(
         payload_json=payload_json,
         compare_due=request.due_at is not None,
         trace=trace,
+        labels=labels_of(request.labels),
     )
 
 

@@ -22,6 +22,7 @@ from timer_service.errors import (
     StoreUnavailable,
     TimerServiceError,
 )
+from timer_service.quota import OverQuota
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ TITLES = {
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -64,6 +66,8 @@ HEADERS_TOO_LARGE = PROBLEMS_PATH + "headers-too-large"
 UNKNOWN_HOST = PROBLEMS_PATH + "unknown-host"
 INTERNAL = PROBLEMS_PATH + "internal"
 UNAVAILABLE = PROBLEMS_PATH + "unavailable"
+OVERLOADED = PROBLEMS_PATH + "overloaded"
+OVER_QUOTA = PROBLEMS_PATH + "over-quota"
 
 TYPE_BY_STATUS = {
     400: BAD_REQUEST,
@@ -75,6 +79,7 @@ TYPE_BY_STATUS = {
     413: TOO_LARGE,
     415: UNSUPPORTED_MEDIA_TYPE,
     422: VALIDATION,
+    429: OVER_QUOTA,
     431: HEADERS_TOO_LARGE,
     500: INTERNAL,
     503: UNAVAILABLE,
@@ -102,6 +107,11 @@ PROBLEM_DESCRIPTIONS = {
     INTERNAL: "An unexpected error; it is logged.",
     UNAVAILABLE: "The job store (or a dependency) is not answering; retry after"
     " `Retry-After` seconds.",
+    OVERLOADED: "The API has as many requests at work as it takes"
+    " (TIMER_API_MAX_INFLIGHT) and refused this one at once; retry after `Retry-After`"
+    " seconds.",
+    OVER_QUOTA: "The biz type's registration quota (`registration_rate_per_s`,"
+    " `registration_burst`) is used up for now; retry after `Retry-After` seconds.",
 }
 
 
@@ -261,6 +271,8 @@ def _domain_status(exc: TimerServiceError) -> int:
         return 422
     if isinstance(exc, StoreUnavailable):
         return 503
+    if isinstance(exc, OverQuota):
+        return 429
     return 500
 
 
@@ -275,6 +287,8 @@ async def on_domain_error(_: Request, exc: Exception) -> Response:
         return problem_response(422, str(exc), [field_error(exc.loc, str(exc))])
     if isinstance(exc, CallbackInFlight):
         return problem_response(409, str(exc), type_=CALLBACK_IN_FLIGHT)
+    if isinstance(exc, OverQuota):
+        return problem_response(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
     if isinstance(exc, StoreUnavailable):
         log.warning("store unavailable", extra={"error": repr(exc.__cause__ or exc)})
         return problem_response(

@@ -20,8 +20,10 @@ from timer_service.api.schemas import (
     SecretRotatedOut,
     SecretRotateIn,
 )
+from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN
 from timer_service.model import BizType, RetryPolicy
+from timer_service.quota import default_registration_burst
 from timer_service.signing import generate_secret
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
@@ -56,6 +58,13 @@ def check_preconditions(request: Request, existing: BizType | None) -> None:
         tags = _tags(if_none_match)
         if "*" in tags or etag(existing) in tags:
             raise Problem(412, f"If-None-Match {if_none_match}: the biz type exists.")
+
+
+def registration_burst(config: BizTypeIn) -> int | None:
+    """The burst stored: as given, else one second's worth of a quota that has a rate."""
+    if config.registration_burst is not None or config.registration_rate_per_s is None:
+        return config.registration_burst
+    return default_registration_burst(config.registration_rate_per_s)
 
 
 def build_biz_router(ctx: ApiContext) -> APIRouter:
@@ -97,6 +106,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             retry=RetryPolicy(**config.retry.model_dump()),
             signing_secret=config.signing_secret,
             paused=config.paused,
+            registration_rate_per_s=config.registration_rate_per_s,
+            registration_burst=registration_burst(config),
             created_at=now,
             updated_at=now,
         )
@@ -104,6 +115,10 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             biz = existing.replaced_by(biz, now)
         was_created = await store.biz_types.put_biz_type(biz)
         stored = await store.biz_types.get_biz_type(biz_type) or biz
+        detail = {"created": was_created, "paused": stored.paused}
+        if existing is not None and existing.paused != stored.paused:
+            detail["was_paused"] = existing.paused
+        await ctx.audit(request, AuditAction.BIZ_TYPE_PUT, biz_type, detail=detail)
         response = biz_response(stored, now, 201 if was_created else 200)
         if was_created:
             response.headers["Location"] = f"/v1/biz-types/{biz_type}"
@@ -133,6 +148,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         new_secret = rotation.signing_secret or generate_secret()
         rotated = biz.rotate_secret(new_secret, rotation.keep_previous_for_s * 1000, now)
         await store.biz_types.put_biz_type(rotated)
+        detail = {"keep_previous_for_s": rotation.keep_previous_for_s}
+        await ctx.audit(request, AuditAction.BIZ_TYPE_ROTATE_SECRET, biz_type, detail=detail)
         body = {**rotated.to_public(now), "signing_secret": new_secret}
         return JSONResponse(body, headers={"ETag": etag(rotated)})
 
@@ -165,9 +182,10 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=problems(404, 409, 422),
     )
-    async def delete_biz_type(biz_type: BizTypePath) -> Response:
+    async def delete_biz_type(biz_type: BizTypePath, request: Request) -> Response:
         if not await store.biz_types.delete_biz_type(biz_type):
             raise Problem(404, f"No biz type {biz_type!r}.")
+        await ctx.audit(request, AuditAction.BIZ_TYPE_DELETE, biz_type)
         return Response(status_code=204)
 
     return router

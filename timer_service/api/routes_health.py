@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from timer_service.api.context import ApiContext
 from timer_service.api.docs import problems
-from timer_service.api.problems import problem_response
+from timer_service.api.problems import OVERLOADED, problem_response
 from timer_service.api.schemas import HealthOut
 from timer_service.metrics import CONTENT_TYPE_LATEST, render
 
@@ -30,11 +30,23 @@ def build_health_router(ctx: ApiContext) -> APIRouter:
 
     @router.get(
         "/readyz",
-        summary="Readiness: 200 when the store (and other dependencies) answer",
+        summary=(
+            "Readiness: 200 when the store (and other dependencies) answer and the API"
+            " is not shedding load"
+        ),
         response_model=HealthOut,
         responses=problems(503),
     )
     async def readyz() -> Response:
+        if ctx.admission is not None and ctx.admission.shedding():
+            # Tells a load balancer to send new work to another replica for a while
+            # (docs/operations.md, "Overload"); the store is not asked meanwhile.
+            return problem_response(
+                503,
+                "Not ready: shedding load (the API is at TIMER_API_MAX_INFLIGHT requests).",
+                headers={"Retry-After": str(ctx.admission.retry_after_s())},
+                type_=OVERLOADED,
+            )
         checks = [ctx.store.ping, *ctx.ready_checks]
         try:
             async with asyncio.timeout(READY_TIMEOUT_S):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -14,6 +15,7 @@ from timer_service.api.docs import json_body, problems
 from timer_service.api.job_input import Limits, new_job, reschedule
 from timer_service.api.problems import Problem
 from timer_service.api.schemas import (
+    MAX_INT,
     BatchOut,
     JobBatchIn,
     JobCreateIn,
@@ -21,28 +23,35 @@ from timer_service.api.schemas import (
     JobPageOut,
     JobPatchIn,
 )
+from timer_service.audit import AuditAction
 from timer_service.constants import (
     BIZ_TYPE_PATTERN,
     BIZ_TYPE_RE,
     DEFAULT_LIST_LIMIT,
     JOB_ID_PATTERN,
     JOB_ID_RE,
+    LABEL_KEY_PATTERN,
     MAX_BATCH_ITEMS,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_LABELS,
     MAX_LIST_LIMIT,
 )
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateStatus, NewJob
-from timer_service.model import Job, JobState
+from timer_service.model import Job, JobState, Labels, labels_of
 from timer_service.scheduling import Scheduler
+from timer_service.search import JobFilter
 from timer_service.tracecontext import TraceContext
 
 log = logging.getLogger(__name__)
+
+LABEL_KEY_RE = re.compile(LABEL_KEY_PATTERN)
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN)]
 
 _STATUS = {CreateStatus.CREATED: 201, CreateStatus.EXISTS: 200, CreateStatus.CONFLICT: 409}
-_CONFLICT_DETAIL = "A job with this identity exists with a different due_at or payload."
+_CONFLICT_DETAIL = "A job with this identity exists with a different due_at, payload or labels."
 
 
 def job_location(job: Job) -> str:
@@ -125,13 +134,23 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
 
     @router.get(
         "/jobs",
-        summary="List jobs in identity order",
+        summary="Search jobs, in identity order",
+        description=(
+            "Every filter given must match: `label=key:value` may repeat; `due_after` is"
+            " inclusive and `due_before` exclusive, both epoch ms on `due_at`. A page holds at"
+            " most `limit` jobs and may end short when a filter scans (docs/api.md,"
+            ' "Search"): follow `next_cursor` until it is null.'
+        ),
         response_model=JobPageOut,
         responses=problems(422),
     )
     async def list_jobs(
         biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
         state: JobState | None = None,
+        label: Annotated[list[str] | None, Query(description="key:value; may repeat")] = None,
+        job_id_prefix: Annotated[str | None, Query(pattern=JOB_ID_PATTERN)] = None,
+        due_after: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+        due_before: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
         cursor: Annotated[
             str | None,
@@ -143,8 +162,18 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
     ) -> Response:
         if cursor:
             check_cursor(cursor, biz_type)
+        if due_after is not None and due_before is not None and due_after >= due_before:
+            raise Problem.invalid(["query", "due_after"], "must be before due_before")
+        where = JobFilter(
+            biz_type=biz_type,
+            states=None if state is None else frozenset({state}),
+            labels=label_filter(label or []),
+            job_id_prefix=job_id_prefix,
+            due_after=due_after,
+            due_before=due_before,
+        )
         try:
-            jobs, next_cursor = await store.jobs.list_jobs(biz_type, state, limit, cursor or None)
+            jobs, next_cursor = await store.console.search_jobs(where, limit, cursor or None)
         except (InvalidInput, ValueError):
             raise Problem.invalid(["query", "cursor"], "is not a cursor this API gave") from None
         return JSONResponse(
@@ -169,8 +198,9 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_model=JobOut,
         responses=problems(404, 409, 422),
     )
-    async def cancel_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
+    async def cancel_job(biz_type: BizTypePath, job_id: JobIdPath, request: Request) -> Response:
         job = await store.jobs.cancel_job(biz_type, job_id, clock.now_ms())
+        await ctx.audit(request, AuditAction.JOB_CANCEL, biz_type, job_id=job_id)
         try:
             await scheduler.on_cancelled(biz_type, job_id)
         except Exception:  # the cancel is done; the schedule's repair mends the rest
@@ -194,6 +224,8 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
             biz_type, job_id, change.due_at, change.payload_json, now
         )
         ctx.jobs_written([(job.next_attempt_at or job.due_at) // 1000])
+        detail = {"due_at": job.due_at, "payload_replaced": change.payload_json is not None}
+        await ctx.audit(request, AuditAction.JOB_RESCHEDULE, biz_type, job_id=job_id, detail=detail)
         return job_response(job)
 
     @router.post(
@@ -202,9 +234,10 @@ def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_model=JobOut,
         responses=problems(404, 409, 422),
     )
-    async def replay_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
+    async def replay_job(biz_type: BizTypePath, job_id: JobIdPath, request: Request) -> Response:
         now = clock.now_ms()
         job = await store.jobs.replay_job(biz_type, job_id, now)
+        await ctx.audit(request, AuditAction.JOB_REPLAY, biz_type, job_id=job_id)
         ctx.jobs_written([(job.next_attempt_at or now) // 1000])
         return job_response(job)
 
@@ -220,6 +253,25 @@ def check_cursor(cursor: str, biz_type: str | None) -> None:
     if not issued or (biz_type is not None and cursor_biz != biz_type):
         msg = "is not a cursor this API gave (pass next_cursor back, with the same filters)"
         raise Problem.invalid(["query", "cursor"], msg)
+
+
+def label_filter(terms: list[str]) -> Labels:
+    """`label=key:value` query terms as labels; 422 at `label` for a malformed one."""
+    pairs: dict[str, str] = {}
+    for term in terms:
+        key, sep, value = term.partition(":")
+        if not sep or not LABEL_KEY_RE.match(key) or len(value) > MAX_LABEL_VALUE_CHARS:
+            raise Problem.invalid(
+                ["query", "label"],
+                f"{term!r} is not key:value (key {LABEL_KEY_PATTERN}, value at most"
+                f" {MAX_LABEL_VALUE_CHARS} characters)",
+            )
+        if pairs.get(key, value) != value:
+            raise Problem.invalid(["query", "label"], f"gives {key!r} two values")
+        pairs[key] = value
+    if len(pairs) > MAX_LABELS:
+        raise Problem.invalid(["query", "label"], f"at most {MAX_LABELS} labels")
+    return labels_of(pairs)
 
 
 def _batch_items(data: Any) -> list[Any]:

@@ -13,6 +13,7 @@ from timer_service.api.context import ApiContext
 from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
 from timer_service.api.schemas import ScheduleIn
+from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN, MIN_CYCLE_INTERVAL_MS
 from timer_service.errors import InvalidInput
 from timer_service.schedules import Catchup, ScheduleSpec, check_schedule_id
@@ -109,6 +110,12 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         if await ctx.store.biz_types.get_biz_type(biz_type) is None:
             raise Problem.invalid(["path", "biz_type"], f"unknown biz type {biz_type!r}")
         result = await scheduler.put(biz_type, schedule_id, spec)
+        await ctx.audit(
+            request,
+            AuditAction.SCHEDULE_PUT,
+            biz_type,
+            detail={"schedule_id": schedule_id, "created": result.created},
+        )
         if result.schedule.next_run_at is not None:
             ctx.jobs_written([result.schedule.next_run_at // 1000])
         if not result.created:
@@ -147,9 +154,13 @@ def build_schedules_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
         response_class=Response,
         responses=problems(404, 422),
     )
-    async def delete_schedule(biz_type: BizTypePath, schedule_id: ScheduleIdPath) -> Response:
+    async def delete_schedule(
+        biz_type: BizTypePath, schedule_id: ScheduleIdPath, request: Request
+    ) -> Response:
         if not await scheduler.delete(biz_type, schedule_id):
             raise Problem(404, f"No schedule {schedule_id!r} of biz type {biz_type!r}.")
+        detail = {"schedule_id": schedule_id}
+        await ctx.audit(request, AuditAction.SCHEDULE_DELETE, biz_type, detail=detail)
         return Response(status_code=204)
 
     return router

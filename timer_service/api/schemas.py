@@ -27,8 +27,11 @@ from timer_service.constants import (
     BIZ_TYPE_PATTERN,
     DEFAULT_SECRET_OVERLAP_S,
     JOB_ID_PATTERN,
+    LABEL_KEY_PATTERN,
     MAX_BURST,
     MAX_CONCURRENCY,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_LABELS,
     MAX_SECRET_OVERLAP_S,
     MAX_TIMEOUT_MS,
     MIN_CYCLE_INTERVAL_MS,
@@ -167,6 +170,21 @@ CallbackUrl = Annotated[
 ]
 
 
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL_VALUE_CHARS)]
+Labels = Annotated[
+    dict[LabelKey, LabelValue],
+    Field(
+        max_length=MAX_LABELS,
+        description=(
+            f"At most {MAX_LABELS} pairs; key `{LABEL_KEY_PATTERN}`, value a string of at most"
+            f" {MAX_LABEL_VALUE_CHARS} characters. Filter by them with `label=key:value`."
+        ),
+        examples=[{"tenant": "acme", "region": "eu-1"}],
+    ),
+]
+
+
 class _Strict(BaseModel):
     """Strict types (a string is not a number), integral floats as integers (`Int`), and
     unknown fields refused: a misspelt `paylod` is a 422 naming it, not a null payload."""
@@ -201,6 +219,23 @@ class BizTypeIn(_Strict):
     retry: RetryPolicyIn = Field(default_factory=lambda: RetryPolicyIn.model_validate({}))
     signing_secret: SigningSecret | None = None
     paused: bool = False
+    registration_rate_per_s: float | None = Field(
+        None,
+        ge=MIN_RATE_LIMIT_PER_S,
+        description=(
+            "Jobs this biz type may create per second on each API process (over it: 429"
+            " with `Retry-After`); null or absent = unlimited."
+        ),
+    )
+    registration_burst: Int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BURST,
+        description=(
+            "Jobs it may create at once on top of the rate; absent = one second's worth"
+            " (`ceil(registration_rate_per_s)`)."
+        ),
+    )
 
 
 class SecretRotateIn(_Strict):
@@ -234,6 +269,7 @@ class JobCreateIn(_Strict):
     due_at: DueAt | None = None
     delay_ms: DelayMs | None = None
     payload: Any = Field(None, description="Any JSON value (absent = null).")
+    labels: Labels | None = Field(None, description="Absent or null = no labels.")
 
 
 class JobBatchIn(_Strict):
@@ -302,6 +338,8 @@ class BizTypeOut(BaseModel):
         description="While callbacks are also signed with the previous secret: until when."
     )
     paused: bool
+    registration_rate_per_s: float | None
+    registration_burst: int | None
     created_at: int
     updated_at: int
 
@@ -335,6 +373,7 @@ class JobOut(BaseModel):
     delivered_at: int | None
     last_error: str | None
     history: list[AttemptOut]
+    labels: dict[str, str]
 
 
 class JobPageOut(BaseModel):

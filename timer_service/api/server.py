@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 SETUP_RETRY_S = 2.0
 
 
+LISTEN_BACKLOG = 8192
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: it re-raises the captured signal
     after shutdown (exit 143 on SIGTERM); here a stop event ends it instead."""
@@ -58,6 +61,9 @@ async def serve(
         access_log=False,
         log_config=None,
         h11_max_incomplete_event_size=SERVER_HEADER_BYTES,
+        # A burst of thousands of connects must be queued by the kernel, not dropped: a
+        # dropped SYN costs its client a 1 s, then 3 s retransmit (capped by somaxconn).
+        backlog=LISTEN_BACKLOG,
         timeout_graceful_shutdown=None if grace_s is None else math.ceil(grace_s),
     )
     server = _Server(config)

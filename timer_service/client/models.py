@@ -36,6 +36,7 @@ class Job(_Resource):
     delivered_at: int | None = None
     last_error: str | None = None
     history: tuple[Attempt, ...] = ()
+    labels: dict[str, str] = {}
 
 
 class RetryPolicy(_Resource):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from timer_service.store.ports.audit import AuditPort
 from timer_service.store.ports.biz_types import BizTypesPort
+from timer_service.store.ports.console import ConsolePort
 from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.jobs import JobsPort
 from timer_service.store.ports.leases import LeasesPort
@@ -36,6 +38,12 @@ class Store(Protocol):
 
     @property
     def outcomes(self) -> OutcomesPort: ...
+
+    @property
+    def console(self) -> ConsolePort: ...
+
+    @property
+    def audit(self) -> AuditPort: ...
 
     async def setup(self) -> None:
         """Create collections and indexes; idempotent."""

@@ -37,7 +37,9 @@ from typing import Any, Literal, cast
 
 from timer_service.errors import StoreUnavailable
 from timer_service.store.base import Store
+from timer_service.store.ports.audit import AuditPort
 from timer_service.store.ports.biz_types import BizTypesPort
+from timer_service.store.ports.console import ConsolePort
 from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.jobs import JobsPort
 from timer_service.store.ports.leases import LeasesPort
@@ -53,6 +55,8 @@ PORT_PROTOCOLS: dict[str, type] = {
     "dispatch": DispatchPort,
     "leases": LeasesPort,
     "outcomes": OutcomesPort,
+    "console": ConsolePort,
+    "audit": AuditPort,
 }
 
 
@@ -109,6 +113,8 @@ class FaultyStore:
         self.dispatch = cast(DispatchPort, _FaultyPort(store.dispatch, self))
         self.leases = cast(LeasesPort, _FaultyPort(store.leases, self))
         self.outcomes = cast(OutcomesPort, _FaultyPort(store.outcomes, self))
+        self.console = cast(ConsolePort, _FaultyPort(store.console, self))
+        self.audit = cast(AuditPort, _FaultyPort(store.audit, self))
 
     # -- planning ---------------------------------------------------------------------
     def fail(self, method: str, when: When = "before", times: int | None = 1) -> None:

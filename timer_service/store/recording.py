@@ -8,7 +8,7 @@ from typing import Any
 
 from timer_service.store.base import Store
 
-PORTS = ("biz_types", "jobs", "dispatch", "leases", "outcomes")
+PORTS = ("biz_types", "jobs", "dispatch", "leases", "outcomes", "console", "audit")
 
 
 class _CountingPort:

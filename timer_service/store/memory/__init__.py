@@ -5,7 +5,9 @@ lives beside the real adapter and one contract suite keeps it honest).
 
 from __future__ import annotations
 
+from timer_service.store.memory.audit import MemoryAudit
 from timer_service.store.memory.biz_types import MemoryBizTypes
+from timer_service.store.memory.console import MemoryConsole
 from timer_service.store.memory.dispatch import MemoryDispatch
 from timer_service.store.memory.jobs import MemoryJobs
 from timer_service.store.memory.leases import MemoryLeases
@@ -23,6 +25,8 @@ class MemoryStore:
         self.dispatch = MemoryDispatch(self.state)
         self.leases = MemoryLeases(self.state)
         self.outcomes = MemoryOutcomes(self.state)
+        self.console = MemoryConsole(self.state)
+        self.audit = MemoryAudit(retention_ms)
 
     @property
     def closed(self) -> bool:

@@ -126,6 +126,9 @@ class MemoryDispatch:
         out.sort(key=lambda j: j.claimed_at or 0)
         return out[:limit]
 
+    async def keep_identities(self, now_ms: int, limit: int) -> int:
+        return 0  # nothing here expires
+
     async def reclaim(
         self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
     ) -> list[Claimed]:

@@ -11,7 +11,9 @@ from pymongo import ASCENDING, AsyncMongoClient, WriteConcern
 from pymongo.errors import OperationFailure
 
 from timer_service.errors import StoreUnavailable
+from timer_service.store.mongo.audit import MongoAudit
 from timer_service.store.mongo.biz_types import MongoBizTypes
+from timer_service.store.mongo.console import MongoConsole
 from timer_service.store.mongo.dispatch import MongoDispatch
 from timer_service.store.mongo.errors import UNAVAILABLE, translated
 from timer_service.store.mongo.jobs import MongoJobs
@@ -50,7 +52,32 @@ def hot_path_writes(url: str) -> dict[str, Any]:
     )
 
 
+# The leases port's own pool: a renew, a pointer save or a heartbeat at a time per
+# process, and one spare; one connection kept open so a renew never waits for a
+# handshake. See `MongoStore`.
+LEASE_POOL_SIZE = 2
+
+
+def lease_client(url: str) -> AsyncMongoClient[Doc]:
+    return AsyncMongoClient(
+        url,
+        tz_aware=True,
+        serverSelectionTimeoutMS=5000,
+        socketTimeoutMS=60_000,
+        maxPoolSize=LEASE_POOL_SIZE,
+        minPoolSize=1,
+        appname="timer-leases",
+        **hot_path_writes(url),
+    )
+
+
 class MongoStore:
+    """The leases port (the daemon's lease and pointer, the brokers' heartbeats) has a
+    client and connection pool of its own: a lease renew never waits for a connection
+    behind claims, loads or a burst of creates, nor on a connection whose reply is
+    slow. A slow store then slows the bulk work, not the heartbeat that keeps a leader
+    leading (docs/architecture.md, "Overload")."""
+
     def __init__(
         self,
         url: str,
@@ -59,6 +86,7 @@ class MongoStore:
         buckets: int = 60,
         retention_ms: int = 30 * 86_400_000,
         client: AsyncMongoClient[Doc] | None = None,
+        leases_client: AsyncMongoClient[Doc] | None = None,
     ) -> None:
         self.buckets = buckets
         self.retention_ms = retention_ms
@@ -71,15 +99,20 @@ class MongoStore:
             socketTimeoutMS=60_000,
             **hot_path_writes(url),
         )
+        self._leases_client: AsyncMongoClient[Doc] = leases_client or lease_client(url)
         self.layout = Layout(self._client, db_name, buckets, retention_ms)
         # The API's ports write with the acknowledged-means-durable concern.
         durable = durable_writes(url)
         concern = WriteConcern(w=durable.get("w"), j=durable.get("journal"))
         acknowledged = Layout(self._client, db_name, buckets, retention_ms, concern)
         self.biz_types = translated(MongoBizTypes(acknowledged))
-        self.jobs = translated(MongoJobs(acknowledged, Mover(acknowledged)))
+        mover = Mover(acknowledged)  # one per process: it runs one transaction at a time
+        self.jobs = translated(MongoJobs(acknowledged, mover))
+        self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
+        self.audit = translated(MongoAudit(acknowledged))
         self.dispatch = translated(MongoDispatch(self.layout))
-        self.leases = translated(MongoLeases(self.layout))
+        leases_layout = Layout(self._leases_client, db_name, buckets, retention_ms)
+        self.leases = translated(MongoLeases(leases_layout))
         self.outcomes = translated(MongoOutcomes(self.layout, Mover(self.layout)))
 
     @property
@@ -96,6 +129,12 @@ class MongoStore:
         layout = self.layout
         await layout.locator.create_index("expire_at", expireAfterSeconds=0)
         await layout.locator.create_index([("biz_type", ASCENDING), ("_id", ASCENDING)])
+        # The console's label search: labels never change, so the locator (written once
+        # per job, never on the hot path) carries them (docs/api.md, "Search").
+        await layout.locator.create_index(
+            [("biz_type", ASCENDING), ("labels", ASCENDING), ("_id", ASCENDING)]
+        )
+        await MongoAudit(layout).create_indexes()
         await layout.brokers.create_index("expires_at")
         for coll in layout.buckets:
             await coll.create_index(
@@ -112,8 +151,12 @@ class MongoStore:
             with contextlib.suppress(OperationFailure):
                 await coll.drop_index("biz_type_1_state_1")
             await coll.create_index("expire_at", expireAfterSeconds=0)
+            # The console's stats: the jobs attempted in the last minutes (an outcome
+            # pushes one entry; a claim leaves it alone).
+            await coll.create_index("history.at")
 
     async def close(self) -> None:
+        await self._leases_client.close()
         await self._client.close()
 
     async def ping(self) -> None:

@@ -18,6 +18,7 @@ from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.model import Job, JobState, second_of
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
+    LOCATOR_SLACK_MS,
     Doc,
     Layout,
     change_update,
@@ -165,6 +166,20 @@ class MongoDispatch:
         jobs = [doc_to_job(d) for docs in found for d in docs]
         jobs.sort(key=lambda j: j.claimed_at or 0)
         return jobs[:limit]
+
+    async def keep_identities(self, now_ms: int, limit: int) -> int:
+        # Jobs still waiting half the slack after they were set to fire: served by each
+        # bucket's (state, next_attempt_at) index, normally an empty range.
+        live = [JobState.PENDING.value, JobState.DISPATCHED.value]
+        query = {"state": {"$in": live}, "next_attempt_at": {"$lt": now_ms - LOCATOR_SLACK_MS // 2}}
+        found = await asyncio.gather(
+            *(c.find(query, {"_id": 1}).limit(limit).to_list(None) for c in self._l.buckets)
+        )
+        keys = [d["_id"] for docs in found for d in docs][:limit]
+        await self._l.extend_locators(
+            keys, now_ms + LOCATOR_SLACK_MS // 2, keep_until_ms=now_ms + LOCATOR_SLACK_MS
+        )
+        return len(keys)
 
     async def reclaim(
         self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int

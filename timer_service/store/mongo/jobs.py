@@ -22,6 +22,7 @@ from timer_service.store.mongo.layout import (
     guard_filter,
     insert_ignoring_duplicates,
     job_to_doc,
+    labels_of_terms,
     locator_doc,
     stays_in_bucket,
 )
@@ -45,7 +46,10 @@ class MongoJobs:
         for new in jobs:
             first.setdefault(job_key(new.biz_type, new.job_id), new)
         fresh = {key: machine.new_job(new, now_ms) for key, new in first.items()}
-        locators = [locator_doc(job, now_ms) for job in fresh.values()]
+        locators = [
+            locator_doc(job, now_ms, self._l.locator_written_expire_at(job, now_ms))
+            for job in fresh.values()
+        ]
         taken = await insert_ignoring_duplicates(self._l.locator, locators)
         created = {k: j for k, j in fresh.items() if k not in taken}
         await self._write_new_jobs(created.values())
@@ -97,17 +101,18 @@ class MongoJobs:
                     renew.add(docs[key]["second"])
             else:
                 # A locator without its job: its creator is mid-flight or died, or the
-                # job's retention ended (the locator outlives it by a day). Judge by the
-                # locator and finish the creator's work; an identity whose job expired,
-                # or whose creator left it long ago, is free for a new request.
+                # job's retention ended (the locator outlives it by a day; a job that
+                # ends expires no sooner than a retention after its locator was
+                # created). Judge by the locator and finish the creator's work; an
+                # identity whose job may have expired, or whose creator left it long
+                # ago, is free for a new request.
                 status = machine.repeat_status_by_fingerprint(
-                    loc["due_at"], loc["payload_hash"], new
+                    loc["due_at"], loc["payload_hash"], labels_of_terms(loc.get("labels")), new
                 )
                 job = machine.new_job(replace(new, due_at=loc["due_at"]), now_ms)
                 abandoned = now_ms - loc.get("created_at", now_ms) > ORPHAN_LOCATOR_MS
-                if loc.get("expire_at") is not None or (
-                    status == CreateStatus.CONFLICT and abandoned
-                ):
+                may_have_expired = now_ms >= loc.get("created_at", 0) + self._l.retention_ms
+                if may_have_expired or (status == CreateStatus.CONFLICT and abandoned):
                     takeover.append((loc, machine.new_job(new, now_ms)))
                     continue
                 if status == CreateStatus.EXISTS:
@@ -130,7 +135,8 @@ class MongoJobs:
         """Replace a job-less locator by this request's, if nobody else did; then write
         the job. A lost race answers as a conflict (the other request won)."""
         same = {"_id": loc["_id"], "due_at": loc["due_at"], "payload_hash": loc["payload_hash"]}
-        replaced = await self._l.locator.replace_one(same, locator_doc(job, now_ms))
+        expire_at = self._l.locator_written_expire_at(job, now_ms)
+        replaced = await self._l.locator.replace_one(same, locator_doc(job, now_ms, expire_at))
         if replaced.modified_count != 1:
             return CreateStatus.CONFLICT, job
         await self._write_new_jobs([job])
@@ -223,8 +229,6 @@ class MongoJobs:
         )
         if updated is None:
             return None
-        if change.finishes:
-            await self._l.locator.update_one(
-                {"_id": doc["_id"]}, {"$set": {"expire_at": expire_at}}
-            )
+        if change.finishes:  # the locator outlives its job (layout.locator_expire_at)
+            await self._l.extend_locators([doc["_id"]], now_ms)
         return doc_to_job(updated)

@@ -8,8 +8,12 @@
 - ``seconds``: ``_id = second``, ``v = version``: the ordered index of non-empty
   seconds. Every write into a second bumps ``v`` after writing the job; the
   daemon deletes an entry only with the version it read before loading it.
-- Final jobs get ``expire_at`` and a TTL index removes them (and their locator)
-  after the retention period.
+- Final jobs get ``expire_at`` and a TTL index removes them after the retention
+  period. A locator's ``expire_at`` is set whenever the locator is written
+  anyway (create, move), far enough past its job's next fire time that the job
+  normally ends and expires first (``LOCATOR_SLACK_MS``), so an outcome writes
+  only the job; the rare job that ends later, or lives longer, gets its locator
+  extended (`Layout.locator_expire_at`, the daemon's identity keeper).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from timer_service.constants import (
     SECONDS_COLLECTION,
 )
 from timer_service.jobs import Change, Guard, payload_fingerprint
-from timer_service.model import Attempt, Job, JobState, second_of
+from timer_service.model import Attempt, Job, JobState, Labels, labels_of, second_of
 from timer_service.tracecontext import TraceContext
 
 Doc = dict[str, Any]
@@ -44,6 +48,9 @@ Collection = AsyncCollection[Doc]
 DUPLICATE_KEY = 11000
 
 LOCATOR_GRACE_MS = 86_400_000  # a locator outlives its job by a day
+# A job normally ends within this of its next fire time; a locator written when it
+# is set to fire outlives it without another write (docs/architecture.md, "Identity").
+LOCATOR_SLACK_MS = 7 * 86_400_000
 
 # Job fields whose document field has another name.
 _DOC_FIELD = {"payload_json": "payload"}
@@ -84,10 +91,31 @@ class Layout:
         return datetime.fromtimestamp((now_ms + self.retention_ms) / 1000, tz=UTC)
 
     def locator_expire_at(self, now_ms: int) -> datetime:
-        """Strictly after its job: an identity never points at nothing while its job
-        can still be read, and is never taken while its job still exists."""
+        """Strictly after its job, if the job ends now: an identity never points at
+        nothing while its job can still be read, and is never taken while its job
+        still exists."""
         return datetime.fromtimestamp(
             (now_ms + self.retention_ms + LOCATOR_GRACE_MS) / 1000, tz=UTC
+        )
+
+    def locator_written_expire_at(self, job: Job, now_ms: int) -> datetime:
+        """A locator's expiry when it is written: after its job's, should the job end
+        up to `LOCATOR_SLACK_MS` after it is next set to fire."""
+        fires_ms = max(now_ms, job.next_attempt_at or job.due_at)
+        return self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS)
+
+    async def extend_locators(
+        self, keys: list[str], ends_ms: int, keep_until_ms: int | None = None
+    ) -> None:
+        """Locators whose expiry would come too soon for a job that ends at `ends_ms`
+        get one fit for a job that ends at `keep_until_ms` (default: then): normally
+        none match, and nothing is written."""
+        if not keys:
+            return
+        soon = self.locator_expire_at(ends_ms)
+        await self.locator.update_many(
+            {"_id": {"$in": keys}, "$or": [{"expire_at": {"$lt": soon}}, {"expire_at": None}]},
+            {"$set": {"expire_at": self.locator_expire_at(keep_until_ms or ends_ms)}},
         )
 
     async def bump(self, seconds: Iterable[int], session: Any = None) -> None:
@@ -140,6 +168,7 @@ def job_to_doc(job: Job, second: int) -> Doc:
         "claimed_at": job.claimed_at,
         "budget_base": job.budget_base,
         "sending": job.sending,
+        "labels": dict(job.labels),
         "expire_at": None,
         **trace_fields(job.trace),
     }
@@ -160,7 +189,7 @@ def trace_of(doc: Doc) -> TraceContext | None:
     return None if traceparent is None else TraceContext(traceparent, doc.get("tracestate"))
 
 
-def locator_doc(job: Job, now_ms: int) -> Doc:
+def locator_doc(job: Job, now_ms: int, expire_at: datetime) -> Doc:
     """The identity's entry: where the job is, and what a repeated create compares."""
     return {
         "_id": job.key,
@@ -168,9 +197,20 @@ def locator_doc(job: Job, now_ms: int) -> Doc:
         "second": second_of(job.next_attempt_at or job.due_at),
         "due_at": job.due_at,
         "payload_hash": payload_fingerprint(job.payload_json),
+        "labels": label_terms(job.labels),
         "created_at": now_ms,
-        "expire_at": None,
+        "expire_at": expire_at,
     }
+
+
+def label_terms(labels: Labels) -> list[str]:
+    """Labels as the locator indexes them: one "key:value" string per pair (a key never
+    holds ':'), in a multikey index with the biz type (docs/api.md, "Search")."""
+    return [f"{key}:{value}" for key, value in labels]
+
+
+def labels_of_terms(terms: list[str] | None) -> Labels:
+    return tuple(sorted(tuple(t.split(":", 1)) for t in terms or ()))  # type: ignore[misc]
 
 
 def doc_to_job(doc: Doc) -> Job:
@@ -195,6 +235,7 @@ def doc_to_job(doc: Doc) -> Job:
         budget_base=doc.get("budget_base", 0),
         sending=doc.get("sending"),
         trace=trace_of(doc),
+        labels=labels_of(doc.get("labels")),
     )
 
 

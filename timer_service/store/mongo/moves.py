@@ -13,6 +13,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pymongo import UpdateOne
@@ -99,8 +100,11 @@ class Mover:
         return moved
 
     async def _repoint(self, moves: Sequence[Move], session: Any = None) -> None:
-        """The locators follow their jobs: second, due time, payload, no expiry."""
-        ops = [_locator_update(m) for m in moves]
+        """The locators follow their jobs: second, due time, payload, and an expiry past
+        the job's next fire time."""
+        # A moved job's updated_at is the move's own time (every moving change sets it).
+        expiry = self._l.locator_written_expire_at
+        ops = [_locator_update(m, expiry(m.job, m.job.updated_at)) for m in moves]
         if ops:
             await self._l.locator.bulk_write(ops, ordered=False, session=session)
 
@@ -166,7 +170,7 @@ class Mover:
         return True
 
 
-def _locator_update(move: Move) -> UpdateOne:
+def _locator_update(move: Move, expire_at: datetime) -> UpdateOne:
     job = move.job
     return UpdateOne(
         {"_id": move.old["_id"]},
@@ -174,7 +178,7 @@ def _locator_update(move: Move) -> UpdateOne:
             "$set": {
                 "second": next_second_of(job),
                 "due_at": job.due_at,
-                "expire_at": None,
+                "expire_at": expire_at,
                 "payload_hash": payload_fingerprint(job.payload_json),
             }
         },

@@ -95,15 +95,11 @@ class MongoOutcomes:
         }
         if retried:  # a retry is a new timer: its second must be indexed
             await layout.bump(retried)
-        locator_expire_at = layout.locator_expire_at(now_ms)
-        finished = [
-            UpdateOne({"_id": _key(o)}, {"$set": {"expire_at": locator_expire_at}})
-            for items in in_place.values()
-            for o, c in items
-            if c.finishes
-        ]
-        if finished:
-            await layout.locator.bulk_write(finished, ordered=False)
+        # Locators were given an expiry past their job's when written: normally this
+        # matches none and writes nothing (Layout.extend_locators).
+        await layout.extend_locators(
+            [_key(o) for items in in_place.values() for o, c in items if c.finishes], now_ms
+        )
         missed = [
             o
             for b, result in zip(buckets, results, strict=True)

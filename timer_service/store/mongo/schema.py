@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 
 SCHEMA_ID = "schema"
 LOCK_ID = "setup-lock"
-SCHEMA_VERSION = 2  # 2: (state, next_attempt_at) per bucket, for the overdue sweep
+# 2: (state, next_attempt_at) per bucket, for the overdue sweep; 3: the console's
+# (locator labels, bucket history.at, the audit log)
+SCHEMA_VERSION = 3
 LOCK_TTL_MS = 120_000  # a setup that took longer died: another process may take over
 POLL_S = 0.25
 

@@ -96,6 +96,12 @@ class DispatchPort(Protocol):
         """`jobs.reclaim` of still-dispatched jobs (same old claim); returns those moved."""
         ...
 
+    async def keep_identities(self, now_ms: int, limit: int) -> int:
+        """Keep the identity records of jobs that still live long after they were set
+        to fire (a biz type paused for days) from expiring before their jobs; the
+        number kept. Stores whose identities never expire do nothing."""
+        ...
+
     async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
         """How many jobs each biz type has in each of `states`; pairs with none are left
         out. Reads every such job once: meant for an occasional sample (the leading

@@ -1,0 +1,66 @@
+"""The store contract for the broker's send mark and the daemon's claim rounds: what a
+200 cancel and an unpublished claim rely on (docs/architecture.md, "Claim rounds",
+"Lanes"). Runs against every adapter."""
+
+from __future__ import annotations
+
+from tests.contract.stores import NOW, claim_second, create, new
+from timer_service.dispatch import SendRef
+from timer_service.model import Job, second_of
+from timer_service.store.base import Store
+
+
+async def test_cancel_dispatched_then_the_send_mark_drops_it(store: Store) -> None:
+    await create(store, new("a"))
+    [c] = await claim_second(store, second_of(NOW + 5000))
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    await store.jobs.cancel_job("orders", "a", NOW)
+    assert await store.outcomes.start_sending([ref], "t1", NOW + 1) == {}
+
+
+async def test_a_retried_send_mark_returns_what_the_first_try_marked(store: Store) -> None:
+    await create(store, new("a"), new("b"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    first = await store.outcomes.start_sending(refs, "t1", NOW + 1)
+    assert set(first) == {"orders/a", "orders/b"}
+    again = await store.outcomes.start_sending(refs, "t1", NOW + 2)  # its reply was lost
+    assert set(again) == {"orders/a", "orders/b"}, f"a retry with the same token got {again}"
+    assert await store.outcomes.start_sending(refs, "t2", NOW + 3) == {}  # another sender
+
+
+def ids_of(jobs: list[Job]) -> list[str]:
+    return sorted(j.job_id for j in jobs)
+
+
+async def test_open_rounds_name_the_jobs_never_confirmed(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"), new("b"), new("c", due_at=NOW + 5900))
+    await store.dispatch.open_round("c1", 1, NOW)
+    await store.dispatch.claim_due(s, NOW + 5500, "c1", 1, NOW)  # a and b
+    await store.dispatch.open_round("c2", 2, NOW + 5)
+    await store.dispatch.claim_due(s, NOW + 6000, "c2", 2, NOW + 5)  # c
+    assert await store.dispatch.find_unpublished(NOW, 100) == []  # not old enough yet
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100)) == ["a", "b", "c"]
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100, fence_below=2)) == [
+        "a",
+        "b",
+    ]
+    await store.dispatch.close_rounds(["c1"])
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100)) == ["c"]
+    # A job whose send has started is no longer the round's to republish.
+    [c] = await store.dispatch.find_unpublished(NOW + 10, 100)
+    assert c.claim is not None
+    ref = SendRef(c.biz_type, c.job_id, s, c.claim)
+    assert set(await store.outcomes.start_sending([ref], "t", NOW + 20)) == {"orders/c"}
+    assert await store.dispatch.find_unpublished(NOW + 10, 100) == []
+
+
+async def test_a_round_that_names_no_job_is_closed_by_the_sweep(store: Store) -> None:
+    await store.dispatch.open_round("empty", 1, NOW)
+    assert await store.dispatch.find_unpublished(NOW + 10, 100) == []
+    # Once closed, a claim under that token is no longer found: the sweep must only
+    # close rounds older than any claim still to be made under them (daemon/rounds.py).
+    await create(store, new("a"))
+    await store.dispatch.claim_due(second_of(NOW + 5000), NOW + 6000, "empty", 1, NOW + 20)
+    assert await store.dispatch.find_unpublished(NOW + 30, 100) == []

@@ -1,0 +1,123 @@
+"""The console (/ui/) and the API docs (/docs) are served from the package's own files:
+no reference leaves the service, every module the page imports is there, no token needed."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from timer_service.api import create_app
+from timer_service.clock import FakeClock
+from timer_service.metrics import Metrics
+from timer_service.settings import Settings
+from timer_service.store.memory import MemoryStore
+from timer_service.ui.mount import CONSOLE_DIR, SWAGGER_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+# src= / href= / url(...) / import ... from "..." in HTML, CSS and JS modules.
+REFERENCE = re.compile(
+    r"""(?:src|href)\s*=\s*["']([^"']+)["']|url\(\s*["']?([^"')]+)|from\s+["']([^"']+)["']"""
+)
+
+
+@pytest.fixture(params=[None, "t0ken"], ids=["open", "token"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[httpx.AsyncClient]:
+    store = MemoryStore(buckets=60, retention_ms=86_400_000)
+    await store.setup()
+    settings = Settings(_env_file=None, api_token=request.param)  # type: ignore[call-arg]
+    app = create_app(settings, store, Metrics(), FakeClock(1_767_225_600_000))
+    transport = httpx.ASGITransport(app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        yield client
+
+
+def references(text: str) -> list[str]:
+    return [next(g for g in match.groups() if g) for match in REFERENCE.finditer(text)]
+
+
+def is_external(reference: str) -> bool:
+    return bool(re.match(r"^(?:[a-z][a-z0-9+.-]*:|//)", reference, re.I))
+
+
+async def test_ui_serves_the_page_outside_auth(client: httpx.AsyncClient) -> None:
+    page = await client.get("/ui/")
+    assert page.status_code == 200, f"expected 200, got {page.status_code}: {page.text[:200]}"
+    assert page.headers["content-type"].startswith("text/html"), page.headers
+    assert '<script type="module" src="js/main.js">' in page.text, page.text[:500]
+    redirect = await client.get("/ui", follow_redirects=False)
+    assert (redirect.status_code, redirect.headers.get("location")) == (308, "/ui/"), (
+        f"expected a 308 to /ui/, got {redirect.status_code} {redirect.headers}"
+    )
+
+
+async def test_every_asset_the_page_reaches_is_served_and_local(
+    client: httpx.AsyncClient,
+) -> None:
+    """Follows every reference from index.html through CSS and the JS import graph."""
+    seen: set[str] = set()
+    todo = ["/ui/index.html"]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        response = await client.get(path)
+        assert response.status_code == 200, f"{path}: expected 200, got {response.status_code}"
+        for reference in references(response.text):
+            if reference.startswith("#"):
+                continue
+            assert not is_external(reference), f"{path} references {reference!r}: not local"
+            target = httpx.URL(f"http://api{path}").join(reference).path
+            if target.startswith("/ui/"):
+                todo.append(target)
+    shipped = {f"/ui/{p.relative_to(CONSOLE_DIR)}" for p in CONSOLE_DIR.rglob("*") if p.is_file()}
+    assert shipped <= seen, f"files no page reaches (dead code?): {sorted(shipped - seen)}"
+    js = await client.get("/ui/js/main.js")
+    assert "javascript" in js.headers["content-type"], js.headers
+
+
+async def test_docs_reference_no_external_url_and_assets_are_served(
+    client: httpx.AsyncClient,
+) -> None:
+    docs = await client.get("/docs")
+    assert docs.status_code == 200, f"expected 200, got {docs.status_code}"
+    assert "SwaggerUIBundle" in docs.text, docs.text[:500]
+    external = re.findall(r"https?://[^\s\"'<>]+|//[a-z0-9.-]+\.[a-z]{2,}/", docs.text)
+    assert external == [], f"/docs references outside URLs: {external}"
+    assert '"validatorUrl": null' in docs.text, "Swagger UI would fetch its validator badge"
+    refs = references(docs.text)
+    assert "/docs/assets/swagger-ui-bundle.js" in refs, refs
+    assert "/docs/assets/swagger-ui.css" in refs, refs
+    for ref in refs:
+        asset = await client.get(ref)
+        assert asset.status_code == 200, f"{ref}: expected 200, got {asset.status_code}"
+        assert len(asset.content) > 100, f"{ref}: {len(asset.content)} bytes"
+    schema = await client.get("/openapi.json")
+    assert schema.status_code == 200, schema.status_code
+
+
+async def test_redoc_is_gone_rather_than_blank(client: httpx.AsyncClient) -> None:
+    response = await client.get("/redoc")
+    assert response.status_code == 404, f"expected 404, got {response.status_code}"
+
+
+async def test_missing_console_file_is_a_problem_404(client: httpx.AsyncClient) -> None:
+    response = await client.get("/ui/js/nope.js")
+    assert response.status_code == 404, f"expected 404, got {response.status_code}"
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+
+
+def test_every_shipped_file_is_package_data() -> None:
+    """A wheel carries the console and Swagger UI: pyproject's globs cover every file."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = config["tool"]["setuptools"]["package-data"]["timer_service"]
+    package = ROOT / "timer_service"
+    packaged = {path for glob in globs for path in package.glob(glob) if path.is_file()}
+    for directory in (CONSOLE_DIR, SWAGGER_DIR):
+        missing = [str(f) for f in directory.rglob("*") if f.is_file() and f not in packaged]
+        assert missing == [], f"not in any package-data glob {globs}: {missing}"

@@ -1,0 +1,54 @@
+"""The lease keeper gives up a call whose answer could no longer help, so a reply stuck
+on a slow store never keeps it from trying again (daemon/lease.py)."""
+
+from __future__ import annotations
+
+from daemon.lease import LeaseKeeper
+from timer_service.clock import FakeClock
+from timer_service.metrics import Metrics
+from timer_service.store.faulty import FaultyStore
+from timer_service.store.memory import MemoryStore
+
+TTL_MS = 3000
+
+
+def keeper() -> tuple[LeaseKeeper, FaultyStore, FakeClock, Metrics]:
+    store = FaultyStore(MemoryStore(buckets=60, retention_ms=86_400_000))
+    clock, metrics = FakeClock(), Metrics()
+    return LeaseKeeper(store.leases, clock, metrics, "d1", TTL_MS), store, clock, metrics
+
+
+def errors(metrics: Metrics, operation: str) -> float:
+    value = metrics.registry.get_sample_value("timer_store_errors_total", {"operation": operation})
+    return value or 0.0
+
+
+async def test_a_stalled_renew_is_given_up_at_the_lease_deadline_and_retried() -> None:
+    lease, store, clock, metrics = keeper()
+    await lease.tick()
+    fence = lease.fence
+    assert fence is not None, "expected the lease taken"
+    clock.advance(TTL_MS // 3)
+    store.stall("renew_lease")
+    started = clock.now_ms()
+    await clock.drive(lease.tick(), within_ms=TTL_MS)
+    waited_ms = clock.now_ms() - started
+    assert waited_ms == TTL_MS - TTL_MS // 3, (
+        f"expected the renew given up at the deadline, {TTL_MS - TTL_MS // 3} ms on,"
+        f" got {waited_ms} ms"
+    )
+    assert errors(metrics, "renew_lease") == 1
+    assert not lease.is_leader, "expected no leadership past the deadline"
+    await lease.tick()  # the store answers again: the same holder takes its lease back
+    assert lease.fence == fence, f"expected fence {fence} again, got {lease.fence}"
+
+
+async def test_a_stalled_acquire_is_given_up_after_a_ttl() -> None:
+    lease, store, clock, metrics = keeper()
+    store.stall("acquire_lease")
+    started = clock.now_ms()
+    await clock.drive(lease.tick(), within_ms=2 * TTL_MS)
+    assert clock.now_ms() - started == TTL_MS, f"waited {clock.now_ms() - started} ms"
+    assert errors(metrics, "acquire_lease") == 1
+    await clock.drive(lease.tick(), within_ms=TTL_MS)
+    assert lease.is_leader, "expected the next acquire to take the lease"

@@ -1,0 +1,141 @@
+"""MongoDB console calls: search (`search.py`), counts, bulk changes, recent attempts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from pymongo import UpdateOne
+
+from timer_service.jobs import Change
+from timer_service.model import Attempt, Job, JobState
+from timer_service.search import JobFilter
+from timer_service.store.mongo.layout import Doc, Layout, change_update, guard_filter
+from timer_service.store.mongo.moves import Move, Mover
+from timer_service.store.mongo.search import ReadJobs, key_range, search_jobs
+from timer_service.store.ports.console import RecentAttempt
+
+
+def bucket_query(where: JobFilter) -> Doc:
+    """The whole filter as one query on a bucket's documents (labels as `labels.<key>`);
+    its (biz_type, state, _id) index serves the biz type, states and id prefix."""
+    query: Doc = {}
+    if where.biz_type is not None:
+        query["biz_type"] = where.biz_type
+    if where.states is not None:
+        states = sorted(s.value for s in where.states)
+        query["state"] = states[0] if len(states) == 1 else {"$in": states}
+    keys = key_range(where, None)
+    if keys:
+        query["_id"] = keys
+    due: Doc = {}
+    if where.due_after is not None:
+        due["$gte"] = where.due_after
+    if where.due_before is not None:
+        due["$lt"] = where.due_before
+    if due:
+        query["due_at"] = due
+    for key, value in where.labels:
+        query[f"labels.{key}"] = value
+    if where.idle:
+        query["sending"] = None
+    return query
+
+
+class MongoConsole:
+    def __init__(self, layout: Layout, mover: Mover, read_jobs: ReadJobs) -> None:
+        self._l = layout
+        self._mover = mover
+        self._read_jobs = read_jobs
+
+    async def search_jobs(
+        self, where: JobFilter, limit: int, cursor: str | None
+    ) -> tuple[list[Job], str | None]:
+        return await search_jobs(self._l, self._read_jobs, where, limit, cursor)
+
+    async def count_matching(self, where: JobFilter) -> int:
+        query = bucket_query(where)
+        counts = await asyncio.gather(*(b.count_documents(query) for b in self._l.buckets))
+        return sum(counts)
+
+    async def apply_changes(self, changes: Sequence[tuple[Job, Change]], now_ms: int) -> list[Job]:
+        if not changes:
+            return []
+        keys = [job.key for job, _ in changes]
+        found = await self._l.locator.find({"_id": {"$in": keys}}, {"second": 1}).to_list(None)
+        seconds = {loc["_id"]: loc["second"] for loc in found}
+        in_place: dict[int, list[tuple[Job, Change]]] = defaultdict(list)
+        moves: list[Move] = []
+        for job, change in changes:
+            second = seconds.get(job.key)
+            if second is None:
+                continue  # gone meanwhile (its retention ended)
+            if change.next_second is None:
+                in_place[self._l.bucket_no(second)].append((job, change))
+            else:
+                old = {"_id": job.key, "second": second}
+                moves.append(Move(old, change.apply(job), guard_filter(change.guard)))
+        done: list[Job] = []
+        for bucket, items in in_place.items():
+            done.extend(await self._apply_in_place(bucket, items, now_ms))
+        if moves:
+            moved = set(await self._mover.move_many(moves))
+            done.extend(m.job for m in moves if m.old["_id"] in moved)
+        return done
+
+    async def _apply_in_place(
+        self, bucket: int, items: Sequence[tuple[Job, Change]], now_ms: int
+    ) -> list[Job]:
+        """One bulk write of guarded updates; which went through is read back when not all
+        did (a change sets `updated_at`, so an applied one shows it)."""
+        expire_at = self._l.expire_at(now_ms)
+        ops = [
+            UpdateOne({"_id": job.key, **guard_filter(ch.guard)}, change_update(ch, expire_at))
+            for job, ch in items
+        ]
+        coll = self._l.buckets[bucket]
+        result = await coll.bulk_write(ops, ordered=False)
+        changed = [(ch.apply(job), ch) for job, ch in items]
+        if result.modified_count != len(ops):
+            docs = await coll.find({"_id": {"$in": [j.key for j, _ in changed]}}).to_list(None)
+            now = {d["_id"]: (d["state"], d.get("updated_at")) for d in docs}
+            changed = [(j, ch) for j, ch in changed if now.get(j.key) == (j.state, j.updated_at)]
+        finished = [j.key for j, ch in changed if ch.finishes]
+        if finished:  # the locator outlives its job (layout.locator_expire_at)
+            await self._l.extend_locators(finished, now_ms)
+        return [j for j, _ in changed]
+
+    async def count_by_state(self, biz_type: str | None) -> dict[tuple[str, JobState], int]:
+        match = {} if biz_type is None else {"biz_type": biz_type}
+        pipeline: list[Doc] = [
+            {"$match": match},
+            {"$group": {"_id": {"b": "$biz_type", "s": "$state"}, "n": {"$sum": 1}}},
+        ]
+
+        async def count(bucket: Any) -> list[Doc]:
+            return await (await bucket.aggregate(pipeline)).to_list(None)
+
+        counts: Counter[tuple[str, JobState]] = Counter()
+        for rows in await asyncio.gather(*(count(b) for b in self._l.buckets)):
+            for row in rows:
+                counts[(row["_id"]["b"], JobState(row["_id"]["s"]))] += int(row["n"])
+        return dict(counts)
+
+    async def recent_attempts(self, since_ms: int, biz_type: str | None) -> list[RecentAttempt]:
+        # Served by each bucket's ("history.at") index: only jobs attempted since then.
+        query: Doc = {"history.at": {"$gte": since_ms}}
+        if biz_type is not None:
+            query["biz_type"] = biz_type
+        fields = {"biz_type": 1, "due_at": 1, "history": 1}
+        found = await asyncio.gather(
+            *(b.find(query, fields).to_list(None) for b in self._l.buckets)
+        )
+        return [
+            RecentAttempt(doc["biz_type"], doc["due_at"], Attempt.from_dict(entry))
+            for docs in found
+            for doc in docs
+            for entry in doc.get("history", ())
+            if entry["at"] >= since_ms
+        ]

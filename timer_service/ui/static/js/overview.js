@@ -1,0 +1,87 @@
+// Overview: every biz type's counts, throughput and lateness, polled live.
+
+import { api, enc } from "./api.js";
+import { fmtCount, fmtTime, h, replaceChildren, showError } from "./dom.js";
+
+const COLUMNS = [
+  "biz type",
+  "state",
+  "rate limit",
+  "pending",
+  "dispatched",
+  "dead",
+  "delivered /min",
+  "failed /min",
+  "lateness p99",
+];
+
+export function rateLimitText(perS) {
+  return perS === null || perS === undefined ? "unlimited" : `${perS}/s`;
+}
+
+export function statsRow(item) {
+  const cell = (field, value, cls = "num") => h("td", { class: cls, "data-field": field }, value);
+  return h(
+    "tr",
+    { testid: "biz-row", "data-biz-type": item.biz_type },
+    h("td", {}, h("a", { href: `#/biz/${enc(item.biz_type)}` }, item.biz_type)),
+    cell(
+      "paused",
+      h("span", { class: item.paused ? "badge paused" : "badge running" }, item.paused ? "paused" : "running"),
+      "",
+    ),
+    cell("rate_limit", rateLimitText(item.rate_limit_per_s)),
+    cell("pending", fmtCount(item.counts.pending)),
+    cell("dispatched", fmtCount(item.counts.dispatched)),
+    cell("dead", fmtCount(item.counts.dead)),
+    cell("delivered_last_minute", fmtCount(item.delivered_last_minute)),
+    cell("failed_last_minute", fmtCount(item.failed_last_minute)),
+    cell("lateness_p99", item.lateness_p99_ms === null ? "—" : `${fmtCount(item.lateness_p99_ms)} ms`),
+  );
+}
+
+export async function overviewView(main, _params, life) {
+  const tbody = h("tbody", {});
+  const updated = h("span", { class: "muted", testid: "updated-at" }, "loading…");
+  replaceChildren(
+    main,
+    h(
+      "header",
+      { class: "view-head" },
+      h("h1", {}, "Biz types"),
+      updated,
+      h("a", { class: "button", href: "#/new", testid: "new-biz-type" }, "New biz type"),
+    ),
+    h(
+      "table",
+      { class: "overview", testid: "overview-table" },
+      h("thead", {}, h("tr", {}, COLUMNS.map((t, i) => h("th", { class: i > 1 ? "num" : null }, t)))),
+      tbody,
+    ),
+    h(
+      "p",
+      { class: "muted" },
+      "Counts are the jobs in each state now; delivered and failed are callback outcomes of " +
+        "the last 60 s; lateness is the p99 of first attempts over the last 5 minutes.",
+    ),
+  );
+  let failing = false;
+  life.poll(async () => {
+    try {
+      const stats = await api("GET", "/v1/stats");
+      if (!life.alive) return;
+      replaceChildren(
+        tbody,
+        stats.items.length
+          ? stats.items.map(statsRow)
+          : h("tr", {}, h("td", { colspan: COLUMNS.length, class: "muted" }, "No biz type yet.")),
+      );
+      updated.textContent = `updated ${fmtTime(stats.at)}`;
+      failing = false;
+    } catch (error) {
+      if (!failing) showError(error); // once, not every poll
+      failing = true;
+      updated.textContent = "not updating: the API answered an error";
+    }
+  });
+}
