@@ -10,12 +10,13 @@ Definitions (docs/architecture.md, "Fault tests and the chaos run"):
   the previous attempt's answer.
 - after cancel: a callback received after a DELETE of its job was answered 200.
 - duplicate: a callback repeating an attempt number already received for its job, or any
-  callback after the job's 2xx answer. Each is attributed to the fault whose window
-  overlaps the original's flight: from its `fired_at` to its answer plus
-  `OUTCOME_GRACE_MS` (the outcome is written after the answer). None fits: unexplained.
-  An attributed one is "on the wire" when the fault began before the original's answer
-  (or the original never got one), else "outcome pending": answered before the fault,
-  its outcome not yet written when the fault came.
+  callback after the job's 2xx answer. A repeat means the first copy's outcome was not
+  yet durable when the second was marked (the send mark takes only a job with no outcome
+  since its claim), so the first was still in flight, from its send to the second's:
+  the duplicate is explained by a fault whose window overlaps that stretch, "on the
+  wire" when the fault began before the first copy's answer (or it never got one),
+  "outcome pending" when after. None overlaps: unexplained. (When the outcome became
+  durable cannot be seen from outside; a frozen store holds it back for a minute.)
 - rate limit: over every interval between two sends of the limited biz type (by
   `fired_at`), sends ≤ burst + rate x (interval + 1 ms): the 1 ms is the timestamps'
   resolution.
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 
 from tests.chaos.receiver import Call
 
-OUTCOME_GRACE_MS = 3_000
 TIMESTAMP_RESOLUTION_MS = 1
 FINAL_STATES = frozenset({"delivered", "dead", "cancelled"})
 
@@ -240,7 +240,8 @@ def _duplicates(job_id: str, job_calls: list[Call], faults: list[Fault]) -> list
     for call in job_calls:
         original = delivered_by or first_of.get(call.attempt)
         if original is not None:
-            found.append(Duplicate(job_id, call.attempt, original, call, _cause(original, faults)))
+            cause = _cause(original, call, faults)
+            found.append(Duplicate(job_id, call.attempt, original, call, cause))
         else:
             first_of[call.attempt] = call
             if call.accepted:
@@ -248,10 +249,10 @@ def _duplicates(job_id: str, job_calls: list[Call], faults: list[Fault]) -> list
     return found
 
 
-def _cause(original: Call, faults: list[Fault]) -> Fault | None:
-    flight_end = (original.answered_ms or original.received_ms) + OUTCOME_GRACE_MS
+def _cause(original: Call, copy: Call, faults: list[Fault]) -> Fault | None:
+    """The first fault while the original was in flight: from its send to the copy's."""
     for fault in faults:
-        if fault.start_ms <= flight_end and fault.end_ms >= original.fired_at:
+        if fault.start_ms <= copy.fired_at and fault.end_ms >= original.fired_at:
             return fault
     return None
 

@@ -58,20 +58,26 @@ def test_early_first_attempts_and_early_retries() -> None:
     assert flagged == ["backoff", "dated", "first", "garbage"], report.early
 
 
-def test_duplicates_are_attributed_to_a_fault_overlapping_the_original_flight() -> None:
+def test_duplicates_are_attributed_to_a_fault_between_the_two_sends() -> None:
     calls = [
         call("killed", 1, DUE),  # delivered, outcome lost in the kill
         call("killed", 1, DUE + 20_000),
         call("blip", 1, DUE + 30_000),
         call("blip", 2, DUE + 40_000),  # after a 2xx: a duplicate even with a new number
+        call("quiet", 1, DUE + 5_000, Reply(500)),
+        call("quiet", 1, DUE + 8_000),  # repeated with no fault between the two sends
     ]
     faults = [Fault("kill -9 broker-a", DUE + 2_000, DUE + 4_000)]
-    states = {"killed": "delivered", "blip": "delivered"}
+    states = {"killed": "delivered", "blip": "delivered", "quiet": "delivered"}
     report = judge(dict.fromkeys(states, DUE), calls, [], faults, states, BACKOFF)
     causes = {(d.job_id, d.cause) for d in report.duplicates}
-    expected = {("killed", "kill -9 broker-a (outcome pending)"), ("blip", "unexplained")}
+    expected = {
+        ("killed", "kill -9 broker-a (outcome pending)"),
+        ("blip", "unexplained"),
+        ("quiet", "unexplained"),
+    }
     assert causes == expected, causes
-    assert [d.job_id for d in report.unexplained_duplicates] == ["blip"]
+    assert sorted(d.job_id for d in report.unexplained_duplicates) == ["blip", "quiet"]
     hung = judge(
         {"hung": DUE},
         [call("hung", 1, DUE + 1_000, Reply(hang_s=3)), call("hung", 1, DUE + 20_000)],
