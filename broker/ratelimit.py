@@ -46,6 +46,14 @@ class TokenBucket:
         self._burst = burst
         self._stamp_s = now_s
 
+    def empty(self, now_s: float) -> None:
+        """No tokens now; refilling at the rate from `now_s` (a stream taken over from an
+        owner whose spending this bucket cannot know: see broker.lane)."""
+        if self._rate_per_s is None:
+            return
+        self._tokens = 0.0
+        self._stamp_s = now_s
+
     def try_take(self, now_s: float) -> bool:
         if self._rate_per_s is None:
             return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -9,6 +10,17 @@ import pytest
 from tests.e2e.harness import Receiver
 from tests.support import AMQP_URL, Progress, SecantusServer, secantus_server, unique_name
 from timer_service.clock import FakeClock
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `known_bug` reproduce a bug not fixed yet: they fail, so the default run
+    leaves them out (deselected, not skipped); TIMER_KNOWN_BUGS=1 runs them."""
+    if os.environ.get("TIMER_KNOWN_BUGS") == "1":
+        return
+    known = [item for item in items if item.get_closest_marker("known_bug")]
+    if known:
+        config.hook.pytest_deselected(items=known)
+        items[:] = [item for item in items if not item.get_closest_marker("known_bug")]
 
 
 @pytest.fixture(scope="session")

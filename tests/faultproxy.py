@@ -224,6 +224,20 @@ class FaultProxy:
 
         self._on_loop(arm)
 
+    def upstream_ports(self) -> set[int]:
+        """The local ports of the live connections to the upstream: what the upstream sees
+        as each client's peer port (to find them in `rabbitmqctl list_connections`)."""
+
+        def ports() -> set[int]:
+            found: set[int] = set()
+            for link in self._links:
+                sock = None if link.server is None else link.server.get_extra_info("socket")
+                if sock is not None and not link.ending:
+                    found.add(sock.getsockname()[1])
+            return found
+
+        return self._on_loop(ports)
+
     def stats(self) -> ProxyStats:
         def snapshot() -> ProxyStats:
             c = self._counts

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 AMQP_URL = os.environ.get("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 VENV_BIN = Path(sys.executable).parent
@@ -224,3 +225,27 @@ def _queues_with_prefix(prefix: str) -> list[str]:
         ["rabbitmqctl", "-q", "list_queues", "name"], capture_output=True, text=True, timeout=60
     ).stdout
     return [line.strip() for line in out.splitlines() if line.strip().startswith(prefix)]
+
+
+def rabbitmqctl(*args: str, timeout_s: float = 60) -> str:
+    done = subprocess.run(
+        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=timeout_s
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+@contextlib.contextmanager
+def own_vhost(prefix: str = "t", url: str = AMQP_URL) -> Iterator[str]:
+    """A RabbitMQ vhost of the caller's own on the machine's broker, for tests that break
+    things: yields `url` pointed at it. Deleting it at the end takes every queue, exchange
+    and connection in it along, and nothing outside it is touched."""
+    vhost = unique_name(prefix)
+    user = urlsplit(url).username or "guest"
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield urlunsplit(urlsplit(url)._replace(path="/" + quote(vhost, safe="")))
+    finally:
+        rabbitmqctl("delete_vhost", vhost)

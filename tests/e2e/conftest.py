@@ -47,7 +47,8 @@ class Stack:
         with ThreadPoolExecutor(max_workers=len(self.services) or 1) as pool:
             list(pool.map(Service.stop_quietly, self.services.values()))
         prefix = self.env.get("TIMER_QUEUE_PREFIX")
-        if prefix:  # idle quorum queues cost RabbitMQ work for every later test
+        shared_vhost = self.env.get("TIMER_AMQP_URL") == AMQP_URL  # an own vhost goes whole
+        if prefix and shared_vhost:  # idle quorum queues cost RabbitMQ work for every later test
             drop_topology_sync(prefix)
 
     def logs(self) -> str:

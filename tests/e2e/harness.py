@@ -39,7 +39,11 @@ class Service:
         self.name = name or command
         self.proc: subprocess.Popen[bytes] | None = None
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.log_path = LOG_DIR / f"{self.name}-{port}.log"
+
+    @property
+    def log_path(self) -> Path:
+        """Named after the service as it is now (fixtures rename `daemon` to `daemon-a`)."""
+        return LOG_DIR / f"{self.name}-{self.port}.log"
 
     def start(self, timeout_s: float = 60) -> Service:
         log = open(self.log_path, "ab")

@@ -14,7 +14,16 @@ import pytest
 
 from tests.e2e.conftest import Stack, split_stack
 from tests.e2e.harness import Receiver, Service, lateness_report, now_ms
-from tests.support import Progress, SecantusServer, free_port, secantus_server, unique_name
+from tests.faultproxy import FaultProxy
+from tests.support import (
+    Progress,
+    SecantusServer,
+    free_port,
+    own_vhost,
+    secantus_server,
+    unique_name,
+)
+from tests.transaction_reaper import TransactionReaper
 
 # 83 jobs/s for 30 s: the rate of issue 6's "5,000 jobs over a minute", for half the
 # minute. Each fault lands at the same fraction of the run as in the minute-long version
@@ -29,9 +38,31 @@ LEAD_MS = 5_000
 
 @pytest.fixture
 def own_store() -> Iterator[SecantusServer]:
-    """A SecantusDB server for one scenario only: some scenarios restart it."""
-    with secantus_server() as server:
+    """A SecantusDB server for one scenario only: some scenarios restart it. Abandoned
+    transactions are reaped as mongod would (tests/transaction_reaper.py)."""
+    with secantus_server() as server, TransactionReaper(server.url):
         yield server
+
+
+@dataclass(frozen=True)
+class OwnRabbitMQ:
+    """RabbitMQ as one scenario sees it: a vhost of its own (deleted at the end, with every
+    queue and connection in it) reached through a fault proxy, so that a scenario can cut
+    RabbitMQ off without touching the machine's broker."""
+
+    vhost_url: str  # the real address
+    proxy: FaultProxy
+
+    @property
+    def url(self) -> str:
+        """What the processes connect to."""
+        return self.proxy.url_for(self.vhost_url)
+
+
+@pytest.fixture
+def rabbitmq() -> Iterator[OwnRabbitMQ]:
+    with own_vhost("fault") as vhost_url, FaultProxy.from_url(vhost_url) as proxy:
+        yield OwnRabbitMQ(vhost_url, proxy)
 
 
 def add_service(stack: Stack, name: str, command: str) -> Service:
@@ -195,10 +226,13 @@ class Run:
 
 @pytest.fixture
 async def deployment(
-    own_store: SecantusServer, receiver: Receiver, request: pytest.FixtureRequest
+    own_store: SecantusServer,
+    rabbitmq: OwnRabbitMQ,
+    receiver: Receiver,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Run]:
     """api + two daemons (leader and standby) + two brokers."""
-    stack = split_stack(own_store)
+    stack = split_stack(own_store, TIMER_AMQP_URL=rabbitmq.url)
     stack.services["daemon"].name = "daemon-a"
     add_service(stack, "daemon-b", "daemon")
     stack.services["broker"].name = "broker-a"

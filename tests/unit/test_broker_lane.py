@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -192,6 +193,50 @@ async def test_token_bucket_paces_sends(parts: Any, fake_clock: FakeClock) -> No
     assert times[:3] == [0, 0, 0], f"expected the burst of 3 at once, got {times}"
     assert times[3:] == [100 * i for i in range(1, 8)], f"expected one per 100 ms, got {times}"
     assert metrics.registry.get_sample_value("timer_rate_limited_total", {"biz_type": "orders"})
+    await lane.close()
+
+
+async def test_a_stream_taken_over_goes_on_at_the_rate_without_a_fresh_burst(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    """Redelivered messages at an idle lane: another holder had them, and may have just
+    spent the burst; the contract's bound holds across the handover only if this lane
+    starts empty."""
+    store, sender, *_ = parts
+    start = fake_clock.now_ms()
+    jobs = await claimed_jobs(store, fake_clock, 5, start)
+    lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=3)
+    for job in jobs:
+        delivery = FakeDelivery(job)
+        delivery.redelivered = True
+        lane.offer(delivery)
+    for _ in range(100):  # 1 s by hand, 10 ms at a time
+        lane._step()
+        await settle()
+        lane._step()
+        await settle()
+        fake_clock.advance(10)
+    times = [at - start for at, _ in sender.sent]
+    assert times == [100, 200, 300, 400, 500], f"expected one per 100 ms from empty, got {times}"
+    await lane.close()
+
+
+async def test_fired_at_is_when_the_token_was_taken_not_when_the_task_ran(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    store, sender, *_ = parts
+    due = fake_clock.now_ms()
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    lane = make_lane(parts, fake_clock, rate_limit_per_s=4, burst=2)
+    lane.offer(FakeDelivery(job))
+    lane._step()
+    await settle()  # the send mark
+    lane._step()  # takes the token, starts the send task
+    fake_clock.advance(7)  # the loop was busy before the task ran
+    await settle()
+    (sent_at, request), *_ = sender.sent
+    fired_at = json.loads(request.body)["fired_at"]
+    assert (fired_at, sent_at) == (due, due + 7), f"expected fired_at {due}, got {fired_at}"
     await lane.close()
 
 

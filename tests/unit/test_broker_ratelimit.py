@@ -45,6 +45,16 @@ def test_never_more_than_burst_plus_rate_times_window() -> None:
     assert len(sent) >= burst + rate * 10 - 2, f"expected ~{burst + rate * 10}, got {len(sent)}"
 
 
+def test_an_emptied_bucket_refills_at_rate_from_then() -> None:
+    bucket = TokenBucket(rate_per_s=10, burst=5, now_s=0.0)
+    bucket.empty(1.0)  # full since t=0.5; emptied at t=1
+    got = [bucket.try_take(1.0), bucket.try_take(1.099), bucket.try_take(1.1)]
+    assert got == [False, False, True], f"expected the first token at 1.1 s, got {got}"
+    unlimited = TokenBucket(None, 1, now_s=0.0)
+    unlimited.empty(0.0)
+    assert unlimited.try_take(0.0), "emptying an unlimited bucket changes nothing"
+
+
 def test_unlimited_always_takes() -> None:
     bucket = TokenBucket(None, 1, now_s=0.0)
     assert all(bucket.try_take(0.0) for _ in range(10_000))

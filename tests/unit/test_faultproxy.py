@@ -28,6 +28,7 @@ class EchoServer(socketserver.ThreadingTCPServer):
         self.port: int = self.server_address[1]
         self.received = bytearray()
         self.connections = 0
+        self.peer_ports: set[int] = set()  # of the connections open now
         self.changed = threading.Condition()
         self._thread = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
@@ -54,12 +55,16 @@ class EchoHandler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         with self.server.changed:
             self.server.connections += 1
+            self.server.peer_ports.add(self.client_address[1])
         try:
             while data := self.request.recv(65_536):
                 self.server.record(data)
                 self.request.sendall(data)
         except OSError:
             pass  # the proxy reset us; that is what these tests do
+        finally:
+            with self.server.changed:
+                self.server.peer_ports.discard(self.client_address[1])
 
 
 @pytest.fixture
@@ -164,6 +169,19 @@ def test_reset_all_resets_every_live_connection(proxy: FaultProxy) -> None:
     assert (stats.resets, stats.live_connections) == (2, 0)
     with connect(proxy) as again:
         assert roundtrip(again, b"still serving") == b"still serving"
+
+
+def test_upstream_ports_are_the_peer_ports_the_upstream_sees(
+    proxy: FaultProxy, echo: EchoServer
+) -> None:
+    assert proxy.upstream_ports() == set()
+    with connect(proxy) as first, connect(proxy) as second:
+        assert roundtrip(first, b"one") == b"one"
+        assert roundtrip(second, b"two") == b"two"
+        seen, ports = set(echo.peer_ports), proxy.upstream_ports()
+        assert len(ports) == 2 and ports == seen, f"expected {seen}, got {ports}"
+        proxy.reset_all()
+        assert proxy.upstream_ports() == set(), "ended links are not listed"
 
 
 def test_stall_holds_bytes_both_ways_and_releases_them_in_order(
