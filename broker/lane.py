@@ -6,7 +6,8 @@ That is what makes the token bucket and the in-flight cap below global: they
 live in the one process that owns the stream. Across a handover (the owner
 dies or loses its connection, and RabbitMQ redelivers what it held to the next
 consumer) the new owner cannot know what the old one spent, so a redelivered
-message reaching a lane that holds nothing empties its bucket: the stream goes
+message reaching a lane that holds no message on an open channel (nothing, or
+only what an earlier channel left) empties its bucket: the stream goes
 on at the rate, never with a fresh burst on top of the old owner's. Limit: an
 old owner still alive (its connection closed) may send the few jobs it had
 already marked, on its own bucket, after the handover.
@@ -199,9 +200,15 @@ class Lane:
             self._held or self._ready or self._checking or self._in_flight or self._unsettled
         )
 
+    def _holds_live(self) -> bool:
+        """A message this lane holds is still on an open channel: the stream is still
+        ours. Messages left from a channel that closed do not count (the stream went to
+        another consumer, and may have come back after it spent)."""
+        return any(item.delivery.live for item in itertools.chain(self._ready, self._held))
+
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
-        if delivery.redelivered and not self.holding and not self._bucket.unlimited:
+        if delivery.redelivered and not self._bucket.unlimited and not self._holds_live():
             # Taken over from another holder (or our own closed channel): start empty.
             self._bucket.empty(self._clock.monotonic_s())
         claimed = delivery.job
