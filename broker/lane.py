@@ -7,10 +7,11 @@ live in the one process that owns the stream. Across a handover (the owner
 dies or loses its connection, and RabbitMQ redelivers what it held to the next
 consumer) the new owner cannot know what the old one spent, so a redelivered
 message reaching a lane that holds no message on an open channel (nothing, or
-only what an earlier channel left) empties its bucket: the stream goes
-on at the rate, never with a fresh burst on top of the old owner's. Limit: an
-old owner still alive (its connection closed) may send the few jobs it had
-already marked, on its own bucket, after the handover.
+only what an earlier channel left) sets its bucket a burst below empty: the
+stream goes on at the rate after a pause of (burst + 1) / rate, never with a
+fresh burst on top of the old owner's, and the debt covers up to a burst that
+an old owner still alive (its connection closed, which it learns a moment
+late) may send after the handover.
 
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
@@ -209,8 +210,10 @@ class Lane:
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
         if delivery.redelivered and not self._bucket.unlimited and not self._holds_live():
-            # Taken over from another holder (or our own closed channel): start empty.
-            self._bucket.empty(self._clock.monotonic_s())
+            # Taken over from another holder (or our own closed channel): start a burst
+            # below empty, which also covers what the old holder may still send before
+            # it learns that its channel is gone.
+            self._bucket.empty(self._clock.monotonic_s(), debt=self.biz.burst)
         claimed = delivery.job
         key = job_key(claimed.biz_type, claimed.job_id)
         twin = self._by_key.get(key)

@@ -46,12 +46,13 @@ class TokenBucket:
         self._burst = burst
         self._stamp_s = now_s
 
-    def empty(self, now_s: float) -> None:
-        """No tokens now; refilling at the rate from `now_s` (a stream taken over from an
-        owner whose spending this bucket cannot know: see broker.lane)."""
+    def empty(self, now_s: float, debt: float = 0.0) -> None:
+        """No tokens now, or `debt` below none; refilling at the rate from `now_s` (a
+        stream taken over from an owner whose spending this bucket cannot know, and who
+        may not yet know it lost the stream: see broker.lane)."""
         if self._rate_per_s is None:
             return
-        self._tokens = 0.0
+        self._tokens = -float(debt)
         self._stamp_s = now_s
 
     def try_take(self, now_s: float) -> bool:

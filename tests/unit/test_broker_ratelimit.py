@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from broker.ratelimit import TokenBucket
 
 
@@ -50,8 +52,12 @@ def test_an_emptied_bucket_refills_at_rate_from_then() -> None:
     bucket.empty(1.0)  # full since t=0.5; emptied at t=1
     got = [bucket.try_take(1.0), bucket.try_take(1.099), bucket.try_take(1.1)]
     assert got == [False, False, True], f"expected the first token at 1.1 s, got {got}"
+    bucket.empty(2.0, debt=5)  # five tokens owed: the next one at 2.6 s
+    got = [bucket.try_take(2.599), bucket.try_take(2.6)]
+    assert got == [False, True], f"expected the first token at 2.6 s, got {got}"
+    assert bucket.available(2.6, 1.0) == pytest.approx(10.0, abs=1e-6)
     unlimited = TokenBucket(None, 1, now_s=0.0)
-    unlimited.empty(0.0)
+    unlimited.empty(0.0, debt=3)
     assert unlimited.try_take(0.0), "emptying an unlimited bucket changes nothing"
 
 
