@@ -33,7 +33,6 @@ class Fate:
 
 
 OUTCOME_STORED = Fate(Action.ACK, "outcome stored", sent=True)
-OUTCOME_NOT_STORED = Fate(Action.REQUEUE, "outcome not stored", sent=True)
 NOT_DISPATCHED = Fate(Action.ACK, "job no longer dispatched under this claim")
 SUPERSEDED = Fate(Action.ACK, "another message carries the job's claim")
 CHECK_FAILED = Fate(Action.REQUEUE, "send check failed")
@@ -67,11 +66,10 @@ def held_too_long() -> Fate:
     return HELD_TOO_LONG
 
 
-def after_outcome(persisted: bool) -> Fate:
-    """A sent message's fate once its outcome is stored, or was not within the bound:
-    the job is then still dispatched under the claim, so it will be sent again (a
-    duplicate across an outage, never a loss)."""
-    return OUTCOME_STORED if persisted else OUTCOME_NOT_STORED
+def after_outcome() -> Fate:
+    """A sent message's fate once its outcome is stored (until then it is kept: handed
+    back, it would be sent again; see broker.outcomes)."""
+    return OUTCOME_STORED
 
 
 async def carry_out(fate: Fate, deliveries: Sequence[Delivery], metrics: Metrics) -> None:

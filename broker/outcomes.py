@@ -1,8 +1,10 @@
 """Outcomes, batched: persist many in one `record_outcomes`, then ack their messages.
 
-A message is acked only after its outcome is stored. If the store stays down
-past the retry bound, the messages go back to the queue instead (see
-broker.fate.after_outcome).
+A message is acked only after its outcome is stored. If the store stays down,
+the write is retried for as long as it takes (logged at each bound), and the
+messages stay unacked meanwhile: handing them back would send their callbacks a
+second time, which the contract allows only when a process or connection dies
+with the callback in flight (then the queue hands them back by itself).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 FLUSH_AFTER_S = 0.002  # gather outcomes this long after the first of a batch
 MAX_BATCH = 500
 MAX_FLUSHES = 4  # batches being written at once: a slow store still gets a pipeline
-GIVE_UP_AFTER_S = 20.0
+GIVE_UP_AFTER_S = 20.0  # how long one round of retries lasts before it is logged
 
 
 @dataclass(slots=True)
@@ -106,22 +108,22 @@ class OutcomeWriter:
 
     async def _flush(self, batch: list[Pending]) -> None:
         outcomes = [p.outcome for p in batch]
-        try:
-            await retried(
-                "record_outcomes",
-                lambda: self._store.outcomes.record_outcomes(outcomes, self._clock.now_ms()),
-                self._metrics,
-                self._clock,
-                self._give_up_after_s,
-            )
-        except Exception as exc:  # past the bound: hand the messages back
-            log.error(
-                "outcomes not persisted; requeueing",
-                extra={"count": len(batch), "error": repr(exc)},
-            )
-            self._settle(batch, after_outcome(persisted=False))
-            return
-        self._settle(batch, after_outcome(persisted=True))
+        while True:
+            try:
+                await retried(
+                    "record_outcomes",
+                    lambda: self._store.outcomes.record_outcomes(outcomes, self._clock.now_ms()),
+                    self._metrics,
+                    self._clock,
+                    self._give_up_after_s,
+                )
+                break
+            except Exception as exc:  # the store is still away: keep the messages, go on
+                log.error(
+                    "outcomes not persisted yet; still trying",
+                    extra={"count": len(batch), "error": repr(exc)},
+                )
+        self._settle(batch, after_outcome())
 
     def _settle(self, batch: list[Pending], fate: Fate) -> None:
         task = asyncio.create_task(self._settle_all(batch, fate))

@@ -9,7 +9,6 @@ import pytest
 from broker.fate import (
     CHECK_FAILED,
     NOT_DISPATCHED,
-    OUTCOME_NOT_STORED,
     OUTCOME_STORED,
     SUPERSEDED,
     Action,
@@ -46,15 +45,13 @@ def test_a_message_that_will_not_be_sent_is_acked_and_a_failed_check_requeued() 
     assert CHECK_FAILED.action is Action.REQUEUE and not CHECK_FAILED.sent
 
 
-@pytest.mark.parametrize(("persisted", "action"), [(True, Action.ACK), (False, Action.REQUEUE)])
-def test_after_outcome(persisted: bool, action: Action) -> None:
-    fate = after_outcome(persisted=persisted)
-    assert fate == (OUTCOME_STORED if persisted else OUTCOME_NOT_STORED)
-    assert fate.action is action and fate.sent, f"persisted={persisted}: got {fate}"
+def test_a_sent_message_is_acked_once_its_outcome_is_stored() -> None:
+    fate = after_outcome()
+    assert fate == OUTCOME_STORED and fate.action is Action.ACK and fate.sent, fate
 
 
 def test_every_fate_has_a_reason_of_its_own() -> None:
-    fates = [NOT_DISPATCHED, SUPERSEDED, CHECK_FAILED, OUTCOME_STORED, OUTCOME_NOT_STORED]
+    fates = [NOT_DISPATCHED, SUPERSEDED, CHECK_FAILED, OUTCOME_STORED]
     reasons = [f.reason for f in fates]
     assert all(reasons) and len(set(reasons)) == len(reasons), reasons
 
