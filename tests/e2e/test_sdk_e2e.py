@@ -23,6 +23,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import Depends, FastAPI, Request, Response
+from standardwebhooks import Webhook
 
 from tests.e2e.conftest import Stack
 from tests.e2e.harness import BIN, now_ms
@@ -243,6 +244,12 @@ async def test_sdk_creates_and_the_business_app_receives_verified_callbacks(
         await business_app.wait_for(keys, timeout_s=45)
         t_all = time.monotonic() - started
         progress(f"{len(keys)} callbacks verified and received after {t_all:.1f} s")
+        # The reference Standard Webhooks library accepts every one of them as well (a
+        # plain secret signs with its UTF-8 bytes), and names the same message id.
+        reference = Webhook(NEW_SECRET.encode())
+        for body, headers in business_app.raw:
+            signed = reference.verify(body, headers)
+            assert headers["webhook-id"] == f"{signed['biz_type']}:{signed['job_id']}", headers
         await asyncio.sleep(1.0)  # a duplicate, or the cancelled job, would arrive now
 
         assert (biz, "cancel-me") not in business_app.received, "a cancelled job was called back"
