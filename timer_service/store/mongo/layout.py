@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import Enum
@@ -100,8 +101,11 @@ class Layout:
 
     def locator_written_expire_at(self, job: Job, now_ms: int) -> datetime:
         """A locator's expiry when it is written: after its job's, should the job end
-        up to `LOCATOR_SLACK_MS` after it is next set to fire."""
-        fires_ms = max(now_ms, job.next_attempt_at or job.due_at)
+        up to `LOCATOR_SLACK_MS` after it is next set to fire. The TTL monitor reads
+        the store's wall clock, so a caller's clock behind it (a test's fixed time)
+        must not date a live job's locator in the past: the later of the two counts."""
+        wall_ms = time.time_ns() // 1_000_000
+        fires_ms = max(now_ms, wall_ms, job.next_attempt_at or job.due_at)
         return self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS)
 
     async def extend_locators(
