@@ -117,8 +117,11 @@ class Layout:
         if not keys:
             return
         soon = self.locator_expire_at(ends_ms)
+        # An `_id` list and one range, no `$or`: a store that plans `$or` as a scan would
+        # read the whole locator collection on every outcome batch. (A locator written
+        # before expiries were set at write time has none, matches no range, and stays.)
         await self.locator.update_many(
-            {"_id": {"$in": keys}, "$or": [{"expire_at": {"$lt": soon}}, {"expire_at": None}]},
+            {"_id": {"$in": keys}, "expire_at": {"$lt": soon}},
             {"$set": {"expire_at": self.locator_expire_at(keep_until_ms or ends_ms)}},
         )
 
