@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from tests.badinput.burst import fire_burst, lease_fence, rss_mb  # noqa: E402
 from tests.e2e.conftest import split_stack  # noqa: E402
 from tests.e2e.harness import Receiver  # noqa: E402
-from tests.e2e.test_overload import lease_changes  # noqa: E402
+from tests.e2e.test_stress_overload import lease_changes  # noqa: E402
 from tests.support import SecantusServer, secantus_server  # noqa: E402
 
 BIZ = "burst"

@@ -1,6 +1,6 @@
 """A burst of concurrent creates, all fired at once, and what the service answered.
 
-Shared by tests/e2e/test_overload.py (the issue's "Done when": 5,000 creates, every
+Shared by tests/e2e/test_stress_overload.py (the issue's "Done when": 5,000 creates, every
 answer within 10 s) and bench/overload_bench.py (the same, three runs, the figures).
 """
 
