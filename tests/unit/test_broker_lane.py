@@ -77,6 +77,16 @@ async def claimed_jobs(store: Any, clock: FakeClock, count: int, due: int) -> li
     return list(await store.dispatch.claim_due(second_of(due), due, "c1", 1, clock.now_ms()))
 
 
+async def drive_by_hand(lane: Lane, clock: FakeClock, ms: int, step_ms: int = 10) -> None:
+    """Step the lane (not started) through `ms` of fake time, `step_ms` at a time."""
+    for _ in range(ms // step_ms):
+        lane._step()
+        await settle()
+        lane._step()
+        await settle()
+        clock.advance(step_ms)
+
+
 def make_lane(parts: Any, clock: FakeClock, **config: Any) -> Lane:
     store, sender, outcomes, metrics = parts
     biz = BizType("orders", "http://127.0.0.1:1/cb", **config)
@@ -210,12 +220,7 @@ async def test_a_stream_taken_over_goes_on_at_the_rate_without_a_fresh_burst(
         delivery = FakeDelivery(job)
         delivery.redelivered = True
         lane.offer(delivery)
-    for _ in range(100):  # 1 s by hand, 10 ms at a time
-        lane._step()
-        await settle()
-        lane._step()
-        await settle()
-        fake_clock.advance(10)
+    await drive_by_hand(lane, fake_clock, 1000)
     times = [at - start for at, _ in sender.sent]
     # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
     assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
@@ -244,12 +249,7 @@ async def test_a_stream_that_comes_back_to_a_lane_with_stale_messages_starts_emp
         delivery = FakeDelivery(job)
         delivery.redelivered = True
         lane.offer(delivery)
-    for _ in range(100):  # 1 s by hand, 10 ms at a time
-        lane._step()
-        await settle()
-        lane._step()
-        await settle()
-        fake_clock.advance(10)
+    await drive_by_hand(lane, fake_clock, 1000)
     times = [at - now for at, _ in sender.sent]
     # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
     assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
