@@ -153,3 +153,14 @@ async def test_a_live_job_s_locator_is_never_dated_in_the_past(store: MongoStore
     assert loc is not None
     wall = datetime.now(UTC) + timedelta(days=30)
     assert loc["expire_at"].replace(tzinfo=UTC) > wall, loc["expire_at"]
+
+
+async def test_a_finished_job_is_never_dated_in_the_past(store: MongoStore) -> None:
+    """A final job keeps its retention from the later of the caller's clock and the
+    store's wall clock (seen in CI: with these tests' fixed NOW months ago, the label
+    search lost the dead jobs once the TTL monitor had run)."""
+    await dead_job(store)
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    assert job_doc is not None
+    wall = datetime.now(UTC) + timedelta(days=29)
+    assert job_doc["expire_at"].replace(tzinfo=UTC) > wall, job_doc["expire_at"]

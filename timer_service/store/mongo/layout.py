@@ -88,8 +88,12 @@ class Layout:
         return second % self.buckets_n
 
     def expire_at(self, now_ms: int) -> datetime:
-        """When a job that ends now is removed by the TTL index."""
-        return datetime.fromtimestamp((now_ms + self.retention_ms) / 1000, tz=UTC)
+        """When a job that ends now is removed by the TTL index: a retention after the
+        later of the caller's clock and the store's wall clock, which the TTL monitor
+        reads (a caller's clock behind it, a test's fixed time, must not date a final
+        job in the past)."""
+        wall_ms = time.time_ns() // 1_000_000
+        return datetime.fromtimestamp((max(now_ms, wall_ms) + self.retention_ms) / 1000, tz=UTC)
 
     def locator_expire_at(self, now_ms: int) -> datetime:
         """Strictly after its job, if the job ends now: an identity never points at
