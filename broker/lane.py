@@ -146,6 +146,7 @@ class Lane:
         self._checking = 0
         self._check_ahead_ms = CHECK_AHEAD_MS
         self._check_ms_avg = 0.0  # moving average of the store's answer time
+        self._callback_ms_avg: float | None = None  # ... and of a callback's round trip
         self._in_flight = 0
         self._unsettled = 0  # sent; outcome not yet persisted and acked
         self._by_key: dict[str, Held] = {}
@@ -308,9 +309,16 @@ class Lane:
         return None if wait_ms == math.inf else wait_ms / 1000
 
     def _check_budget(self, mono: float) -> int:
-        """How many upcoming messages could go out within the check-ahead window."""
-        slots = max(0, self.biz.max_concurrency - self._in_flight) + self.biz.max_concurrency
-        tokens = self._bucket.available(mono, self._check_ahead_ms / 1000)
+        """How many upcoming messages could go out within the check-ahead window: what
+        the rate limit allows, and what the in-flight cap lets through at the callbacks'
+        usual round trip (one round of the cap until a callback has been timed). A
+        fixed round of the cap per mark capped a fast biz type at a few hundred per
+        second of the store's answer time, however quickly its callbacks came back."""
+        cap = self.biz.max_concurrency
+        window_ms = self._check_ahead_ms
+        rounds = 1.0 if self._callback_ms_avg is None else window_ms / self._callback_ms_avg
+        slots = max(0, cap - self._in_flight) + math.ceil(cap * max(1.0, rounds))
+        tokens = self._bucket.available(mono, window_ms / 1000)
         return slots if tokens >= slots else min(slots, math.floor(tokens))
 
     def _note_limited(self, item: Held) -> None:
@@ -382,6 +390,11 @@ class Lane:
         wanted = max(CHECK_AHEAD_MS, round(2 * self._check_ms_avg))
         self._check_ahead_ms = min(MAX_CHECK_AHEAD_MS, wanted)
 
+    def _learn_callback_time(self, took_ms: float) -> None:
+        took_ms = max(1.0, took_ms)  # a callback answered within the clock's tick
+        avg = self._callback_ms_avg
+        self._callback_ms_avg = took_ms if avg is None else 0.8 * avg + 0.2 * took_ms
+
     # -- send ---------------------------------------------------------------------------
     def _start_send(self, item: Held, fired_at: int) -> None:
         """`fired_at`: the wall-clock instant its token was taken. Stamped then, not when the
@@ -414,6 +427,7 @@ class Lane:
             self._in_flight -= 1
             self._wake()
         duration_s = max(0.0, self._clock.monotonic_s() - started)
+        self._learn_callback_time(duration_s * 1000)
         known_at = self._clock.now_ms()
         try:
             verdict = judge(response, biz.retry, attempt, job.budget_base, known_at)
