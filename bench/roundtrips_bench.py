@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -39,6 +40,12 @@ from timer_service.store.mongo import MongoStore  # noqa: E402
 from timer_service.store.recording import recording  # noqa: E402
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run(jobs: int, seconds: int) -> None:
     server = SecantusServer()
     server.start()
@@ -60,6 +67,8 @@ async def run(jobs: int, seconds: int) -> None:
             await store.jobs.create_jobs(batch[start : start + 1000], clock.now_ms())
         before = Counter(store.ops)
         cpu0, wall0 = time.process_time(), time.perf_counter()
+        assert server.proc is not None
+        store_cpu0 = process_cpu_s(server.proc.pid)
         await daemon.start()
         await broker.start()
         deadline = time.monotonic() + seconds + 120
@@ -72,6 +81,10 @@ async def run(jobs: int, seconds: int) -> None:
             await asyncio.sleep(0.5)
         await asyncio.sleep(3)  # let the last outcomes land
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        store_cpu = process_cpu_s(server.proc.pid) - store_cpu0
+        lateness = metrics.registry.get_sample_value(
+            "timer_delivery_lateness_seconds_sum", {"biz_type": "rt"}
+        )
         ops = Counter(store.ops)
         ops.subtract(before)
         for noise in ("list_jobs", "ping"):
@@ -89,6 +102,10 @@ async def run(jobs: int, seconds: int) -> None:
         print(
             f"\ndaemon + broker CPU: {cpu:.1f} s over {wall:.0f} s = "
             f"{cpu * 1e6 / jobs:.0f} µs per fired job"
+        )
+        print(
+            f"store (SecantusDB) CPU: {store_cpu:.1f} s = {store_cpu * 1e3 / jobs:.1f} ms per "
+            f"fired job; mean first-send lateness {(lateness or 0) * 1e3 / jobs:.0f} ms"
         )
     finally:
         await broker.stop()

@@ -190,10 +190,13 @@ def lateness_report(label: str, arrivals: list[Arrival]) -> dict[str, float]:
     sent = sorted(a.fired_at - a.due_at for a in arrivals if a.attempt == 1)
     q = statistics.quantiles(late, n=100) if len(late) > 1 else [late[0]] * 99
     report = {"n": len(late), "p50": q[49], "p99": q[98], "max": late[-1], "min_sent": sent[0]}
+    transit = sorted(a.at_ms - a.fired_at for a in arrivals if a.attempt == 1)
     print(
         f"\n[{label}] lateness (received - due) over {report['n']} callbacks: "
         f"p50={report['p50']:.1f} ms p99={report['p99']:.1f} ms max={report['max']} ms; "
-        f"earliest fired_at - due = {report['min_sent']} ms"
+        f"earliest fired_at - due = {report['min_sent']} ms; by stage, median/max: "
+        f"fired_at - due {sent[len(sent) // 2]}/{sent[-1]} ms, "
+        f"received - fired_at {transit[len(transit) // 2]}/{transit[-1]} ms"
     )
     return report
 
