@@ -25,13 +25,18 @@ async def put_biz(api: httpx.AsyncClient, receiver: Receiver, **config: object) 
 async def test_300_jobs_delivered_once_never_early(
     stack: Stack, api: httpx.AsyncClient, receiver: Receiver
 ) -> None:
+    """Nominal load for the embedded store: 50 fires/s. SecantusDB spends 12-14 ms of
+    CPU per fired job (bench/roundtrips_bench.py), so 100/s is 1.2-1.4 of this machine's
+    2 cores, beside the API, daemon, broker and receiver: its saturation, where CI saw
+    every callback ~1 s late on a quiet machine (docs/operations.md, "Capacity of the
+    embedded store")."""
     biz = await put_biz(api, receiver)
     start = now_ms()
     jobs = [
         {
             "biz_type": biz,
             "job_id": f"j{i:03}",
-            "due_at": start + 2000 + i * 10,
+            "due_at": start + 2000 + i * 20,
             "payload": {"i": i},
         }
         for i in range(300)
