@@ -16,6 +16,10 @@ class Conflict(TimerServiceError):
     """The resource is in a state that does not allow this."""
 
 
+class VersionMismatch(Conflict):
+    """The stored version is not the one the write names (If-Match, If-None-Match)."""
+
+
 class CallbackInFlight(Conflict):
     """The job's callback has started; it can no longer be cancelled."""
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from tests.contract.stores import NOW
+from timer_service.errors import VersionMismatch
 from timer_service.model import BizType
 from timer_service.store.base import Store
 
@@ -39,3 +44,32 @@ async def test_biz_type_keeps_its_registration_quota(store: Store) -> None:
     await store.biz_types.put_biz_type(unlimited)
     got = await store.biz_types.get_biz_type("orders")
     assert got == unlimited, f"expected the quota lifted (None, None), got {got}"
+
+
+async def test_a_conditional_put_replaces_only_the_version_it_names(store: Store) -> None:
+    """If-Match made atomic: of two writers that read the same version, one wins and the
+    other is refused, whatever came between their reads and their writes."""
+    first = BizType("orders", "http://a/", created_at=1, updated_at=1)
+    assert await store.biz_types.put_biz_type(first, only_if_updated_at=None) is True
+    one = BizType("orders", "http://one/", created_at=2, updated_at=2)
+    two = BizType("orders", "http://two/", created_at=3, updated_at=3)
+    assert await store.biz_types.put_biz_type(one, only_if_updated_at=1) is False
+    with pytest.raises(VersionMismatch):
+        await store.biz_types.put_biz_type(two, only_if_updated_at=1)
+    got = await store.biz_types.get_biz_type("orders")
+    assert got is not None and got.callback_url == "http://one/", got
+    with pytest.raises(VersionMismatch):  # no such biz type: no version to replace
+        await store.biz_types.put_biz_type(replace(one, biz_type="other"), only_if_updated_at=2)
+    assert await store.biz_types.get_biz_type("other") is None
+
+
+async def test_a_create_only_put_never_replaces(store: Store) -> None:
+    """If-None-Match: * made atomic: of two creators, one creates, the other is refused."""
+    first = BizType("orders", "http://a/", created_at=1, updated_at=1)
+    assert await store.biz_types.put_biz_type(first, create_only=True) is True
+    with pytest.raises(VersionMismatch):
+        await store.biz_types.put_biz_type(
+            replace(first, callback_url="http://b/"), create_only=True
+        )
+    got = await store.biz_types.get_biz_type("orders")
+    assert got == first, got

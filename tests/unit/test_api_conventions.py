@@ -3,6 +3,9 @@ this API gave, typed problem types that resolve, readable operation ids."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from tests.unit import test_api as base
@@ -48,6 +51,36 @@ async def test_if_match_with_a_stale_etag_is_412_and_changes_nothing(api: Api) -
     problem = expect(await api.request("PUT", BIZ, json=body, headers={"If-Match": stale}), 412)
     assert problem["type"] == "/problems/precondition-failed", problem
     assert await api.snapshot() == before, "a 412 changed the store"
+
+
+async def test_two_edits_of_the_same_version_at_once_one_wins_the_other_is_412(api: Api) -> None:
+    """The check and the write are one: both PUTs read the version before either writes
+    (held at a barrier), and still only one replaces it (before, both did: a lost update)."""
+    current = (await api.request("GET", BIZ)).headers["etag"]
+    api.clock.advance(1)
+    read = api.store.biz_types.get_biz_type
+    both_read = asyncio.Barrier(2)
+
+    waiting = [1, 2]
+
+    async def read_together(name: str) -> Any:
+        found = await read(name)
+        if waiting:  # the first read of each PUT (the route reads again after writing)
+            waiting.pop()
+            await both_read.wait()
+        return found
+
+    api.store.biz_types.get_biz_type = read_together
+    answers = await asyncio.gather(
+        *(
+            api.request("PUT", BIZ, json={**CALLBACK, "burst": b}, headers={"If-Match": current})
+            for b in (5, 6)
+        )
+    )
+    api.store.biz_types.get_biz_type = read
+    assert sorted(r.status_code for r in answers) == [200, 412], [r.text for r in answers]
+    winner = next(r for r in answers if r.status_code == 200).json()["burst"]
+    assert expect(await api.request("GET", BIZ), 200)["burst"] == winner
 
 
 async def test_if_match_on_a_biz_type_that_does_not_exist_is_412(api: Api) -> None:

@@ -21,6 +21,7 @@ from timer_service.errors import (
     PayloadTooLarge,
     StoreUnavailable,
     TimerServiceError,
+    VersionMismatch,
 )
 from timer_service.quota import OverQuota
 
@@ -263,6 +264,8 @@ STORE_RETRY_AFTER_S = 2
 def _domain_status(exc: TimerServiceError) -> int:
     if isinstance(exc, NotFound):
         return 404
+    if isinstance(exc, VersionMismatch):
+        return 412
     if isinstance(exc, Conflict):
         return 409
     if isinstance(exc, PayloadTooLarge):

@@ -95,7 +95,10 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             raise invalid([field_error(("body", "callback_url"), refusal)])
         existing = await store.biz_types.get_biz_type(biz_type)
         check_preconditions(request, existing)
-        now = clock.now_ms()
+        # Every write moves `updated_at` on, so it names the version: a conditional
+        # PUT writes only over the version its preconditions were checked against.
+        now = clock.now_ms() if existing is None else max(clock.now_ms(), existing.updated_at + 1)
+        conditional = "if-match" in request.headers or "if-none-match" in request.headers
         biz = BizType(
             biz_type=biz_type,
             callback_url=config.callback_url,
@@ -113,7 +116,11 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         )
         if existing is not None:
             biz = existing.replaced_by(biz, now)
-        was_created = await store.biz_types.put_biz_type(biz)
+        was_created = await store.biz_types.put_biz_type(
+            biz,
+            only_if_updated_at=existing.updated_at if conditional and existing else None,
+            create_only=conditional and existing is None,
+        )
         stored = await store.biz_types.get_biz_type(biz_type) or biz
         detail = {"created": was_created, "paused": stored.paused}
         if existing is not None and existing.paused != stored.paused:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from timer_service.errors import Conflict
+from timer_service.errors import Conflict, VersionMismatch
 from timer_service.model import ACTIVE_STATES, BizType
 from timer_service.store.memory.state import MemoryState
 
@@ -14,8 +14,14 @@ class MemoryBizTypes:
     def __init__(self, state: MemoryState) -> None:
         self._s = state
 
-    async def put_biz_type(self, biz: BizType) -> bool:
+    async def put_biz_type(
+        self, biz: BizType, *, only_if_updated_at: int | None = None, create_only: bool = False
+    ) -> bool:
         old = self._s.biz.get(biz.biz_type)
+        if create_only and old is not None:
+            raise VersionMismatch(f"biz type {biz.biz_type!r} exists")
+        if only_if_updated_at is not None and (old is None or old.updated_at != only_if_updated_at):
+            raise VersionMismatch(f"biz type {biz.biz_type!r} is not at the version named")
         if old is not None:
             biz = replace(biz, created_at=old.created_at)
         self._s.biz[biz.biz_type] = biz

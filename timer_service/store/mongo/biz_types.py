@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import Sequence
 
 from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
 
-from timer_service.errors import Conflict
+from timer_service.errors import Conflict, VersionMismatch
 from timer_service.model import ACTIVE_STATES, BizType
 from timer_service.store.mongo.layout import Layout
 
@@ -16,9 +17,24 @@ class MongoBizTypes:
     def __init__(self, layout: Layout) -> None:
         self._l = layout
 
-    async def put_biz_type(self, biz: BizType) -> bool:
+    async def put_biz_type(
+        self, biz: BizType, *, only_if_updated_at: int | None = None, create_only: bool = False
+    ) -> bool:
         doc = biz.to_doc()
+        if create_only:
+            try:
+                await self._l.biz.insert_one({"_id": biz.biz_type, **doc})
+            except DuplicateKeyError:
+                raise VersionMismatch(f"biz type {biz.biz_type!r} exists") from None
+            return True
         created_at = doc.pop("created_at")
+        if only_if_updated_at is not None:
+            result = await self._l.biz.update_one(
+                {"_id": biz.biz_type, "updated_at": only_if_updated_at}, {"$set": doc}
+            )
+            if result.matched_count == 0:
+                raise VersionMismatch(f"biz type {biz.biz_type!r} is not at the version named")
+            return False
         result = await self._l.biz.update_one(
             {"_id": biz.biz_type},
             {"$set": doc, "$setOnInsert": {"created_at": created_at}},

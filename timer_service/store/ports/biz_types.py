@@ -9,8 +9,14 @@ from timer_service.model import BizType
 
 
 class BizTypesPort(Protocol):
-    async def put_biz_type(self, biz: BizType) -> bool:
-        """Create or replace; True when created. Keeps created_at of a replaced one."""
+    async def put_biz_type(
+        self, biz: BizType, *, only_if_updated_at: int | None = None, create_only: bool = False
+    ) -> bool:
+        """Create or replace; True when created. Keeps created_at of a replaced one.
+
+        `only_if_updated_at` replaces only the stored version with that `updated_at`
+        (which every write changes), `create_only` only creates; either raises
+        VersionMismatch, atomically, when the store holds something else."""
         ...
 
     async def get_biz_type(self, name: str) -> BizType | None: ...
