@@ -23,6 +23,7 @@ from _common import make_store
 from tests.support import secantus_server
 from timer_service.jobs import NewJob
 from timer_service.model import JobState
+from timer_service.search import JobFilter
 
 
 async def median_ms(call: Callable[[], Awaitable[Any]], runs: int = 3) -> tuple[float, Any]:
@@ -59,7 +60,9 @@ async def main() -> None:
         print(f"{args.jobs:,} jobs of one biz type, 3 cancelled, SecantusDB")
         for label, biz, state in cases:
             ms, (items, _) = await median_ms(
-                lambda biz=biz, state=state: store.jobs.list_jobs(biz, state, 100, None)
+                lambda biz=biz, state=state: store.console.search_jobs(
+                    JobFilter(biz, frozenset({state})), 100, None
+                )
             )
             print(f"  {label:<45} {len(items):>4} items  {ms:>8.0f} ms", flush=True)
         await store.drop_database()

@@ -9,7 +9,8 @@ import pytest
 
 from tests.support import unique_name
 from timer_service.jobs import NewJob
-from timer_service.model import Attempt, encode_payload
+from timer_service.model import Attempt, Job, JobState, encode_payload
+from timer_service.search import JobFilter
 from timer_service.store.base import Store
 from timer_service.store.memory import MemoryStore
 from timer_service.store.mongo import MongoStore
@@ -51,3 +52,12 @@ def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:
 
 
 __all__ = ["NOW", "attempt", "claim_second", "create", "new", "store"]
+
+
+async def list_jobs(
+    store: Store, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
+) -> tuple[list[Job], str | None]:
+    """A page of jobs in identity order, of a biz type and a state when given: the
+    console's search with nothing else in the filter."""
+    states = None if state is None else frozenset({state})
+    return await store.console.search_jobs(JobFilter(biz_type, states), limit, cursor)

@@ -3,7 +3,7 @@ run against both adapters (see stores.py)."""
 
 from __future__ import annotations
 
-from tests.contract.stores import NOW, attempt, claim_second, create, new
+from tests.contract.stores import NOW, attempt, claim_second, create, list_jobs, new
 from timer_service import jobs as machine
 from timer_service.audit import AuditAction, AuditEntry, new_entry
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
@@ -26,7 +26,7 @@ async def test_labels_round_trip_and_a_repeat_compares_them(store: Store) -> Non
     [other] = await create(store, new("a", labels=(("region", "eu-1"),)))
     assert other.status == CreateStatus.CONFLICT, other
     [plain] = await create(store, new("b"))
-    listed, _ = await store.jobs.list_jobs("orders", None, 10, None)
+    listed, _ = await list_jobs(store, "orders", None, 10, None)
     assert [(j.job_id, j.labels) for j in listed] == [("a", labels), ("b", ())], listed
     assert plain.job.labels == ()
 
@@ -111,7 +111,7 @@ FILTERS = [
 
 async def test_search_pages_give_exactly_the_matching_jobs_in_key_order(store: Store) -> None:
     await mixed_jobs(store)
-    everything, _ = await store.jobs.list_jobs(None, None, 1000, None)
+    everything, _ = await list_jobs(store, None, None, 1000, None)
     assert len(everything) == 45
     for where in FILTERS:
         expected = expected_ids(where, everything)
@@ -122,7 +122,7 @@ async def test_search_pages_give_exactly_the_matching_jobs_in_key_order(store: S
 
 async def test_count_matching_counts_what_the_filter_selects(store: Store) -> None:
     await mixed_jobs(store)
-    everything, _ = await store.jobs.list_jobs(None, None, 1000, None)
+    everything, _ = await list_jobs(store, None, None, 1000, None)
     for where in [*FILTERS, JobFilter(biz_type="orders", idle=True)]:
         expected = len(expected_ids(where, everything))
         got = await store.console.count_matching(where)
@@ -171,7 +171,7 @@ async def test_apply_changes_replays_and_cancels_under_their_guards(store: Store
 async def test_a_cancel_misses_a_job_whose_callback_started(store: Store) -> None:
     await create(store, new("a"), new("b"))
     claimed = await claim_second(store, second_of(NOW + 5000))
-    jobs = {j.job_id: j for j in (await store.jobs.list_jobs("orders", None, 10, None))[0]}
+    jobs = {j.job_id: j for j in (await list_jobs(store, "orders", None, 10, None))[0]}
     refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed if c.job_id == "a"]
     await store.outcomes.start_sending(refs, "send-1", NOW)
     changes = [(job, machine.cancel(job, NOW)) for job in jobs.values()]  # read before

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from tests.contract.stores import NOW, attempt, claim_second, create, new
+from tests.contract.stores import NOW, attempt, claim_second, create, list_jobs, new
 from timer_service.dispatch import Outcome, OutcomeKind, SecondEntry, SendRef
 from timer_service.errors import Conflict, NotFound
 from timer_service.jobs import CreateStatus, NewJob
@@ -75,7 +75,7 @@ async def test_concurrent_creates_leave_one_job(store: Store) -> None:
     statuses = [r[0].status for r in results]
     assert statuses.count(CreateStatus.CREATED) == 1, statuses
     assert statuses.count(CreateStatus.EXISTS) == 49, statuses
-    jobs, _ = await store.jobs.list_jobs("orders", None, 100, None)
+    jobs, _ = await list_jobs(store, "orders", None, 100, None)
     assert [j.job_id for j in jobs] == ["same"]
     entries = await store.dispatch.next_seconds(0, 10**12, 10)
     assert [e.second for e in entries] == [second_of(NOW + 5000)]
@@ -153,14 +153,14 @@ async def test_list_pages_and_filters(store: Store) -> None:
     await store.jobs.cancel_job("orders", "j003", NOW)
     seen, cursor = [], None
     while True:
-        page, cursor = await store.jobs.list_jobs("orders", None, 10, cursor)
+        page, cursor = await list_jobs(store, "orders", None, 10, cursor)
         seen.extend(j.job_id for j in page)
         if cursor is None:
             break
     assert seen == [f"j{i:03}" for i in range(25)]
-    cancelled, cur = await store.jobs.list_jobs("orders", JobState.CANCELLED, 10, None)
+    cancelled, cur = await list_jobs(store, "orders", JobState.CANCELLED, 10, None)
     assert [j.job_id for j in cancelled] == ["j003"] and cur is None
-    everything, _ = await store.jobs.list_jobs(None, None, 1000, None)
+    everything, _ = await list_jobs(store, None, None, 1000, None)
     assert len(everything) == 26
 
 
@@ -176,14 +176,14 @@ async def test_list_by_state_pages_in_key_order_across_buckets(store: Store) -> 
     ]:
         seen, cursor = [], None
         while True:
-            page, cursor = await store.jobs.list_jobs("orders", state, 4, cursor)
+            page, cursor = await list_jobs(store, "orders", state, 4, cursor)
             assert len(page) <= 4
             seen.extend(j.job_id for j in page)
             assert all(j.biz_type == "orders" and j.state == state for j in page)
             if cursor is None:
                 break
         assert seen == expected
-    pending_everywhere, _ = await store.jobs.list_jobs(None, JobState.PENDING, 100, None)
+    pending_everywhere, _ = await list_jobs(store, None, JobState.PENDING, 100, None)
     assert len(pending_everywhere) == 27
     assert pending_everywhere[-1].biz_type == "orders2"
 
@@ -199,13 +199,13 @@ async def test_list_by_state_with_most_jobs_in_one_bucket(store: Store) -> None:
     for limit in (1, 7, 100):
         seen, cursor = [], None
         while True:
-            page, cursor = await store.jobs.list_jobs("orders", JobState.PENDING, limit, cursor)
+            page, cursor = await list_jobs(store, "orders", JobState.PENDING, limit, cursor)
             assert len(page) <= limit
             seen.extend(j.job_id for j in page)
             if cursor is None:
                 break
         assert seen == [*expected, "z-delivered-later"], f"limit {limit}"
-    none, cursor = await store.jobs.list_jobs("orders", JobState.DEAD, 10, None)
+    none, cursor = await list_jobs(store, "orders", JobState.DEAD, 10, None)
     assert none == [] and cursor is None
 
 
@@ -445,7 +445,7 @@ async def test_pointer_is_fenced(store: Store) -> None:
 async def test_a_foreign_cursor_stays_within_the_biz_type(store: Store) -> None:
     await create(store, new("a"))
     await store.jobs.create_jobs([NewJob("aaa", "x", NOW, "null")], NOW)
-    page, _ = await store.jobs.list_jobs("orders", None, 10, "aaa/")
+    page, _ = await list_jobs(store, "orders", None, 10, "aaa/")
     assert [(j.biz_type, j.job_id) for j in page] == [("orders", "a")]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.contract.stores import list_jobs
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
@@ -54,7 +55,7 @@ class Api:
 
     async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         biz = [b.to_public() for b in await self.store.biz_types.list_biz_types()]
-        jobs, _ = await self.store.jobs.list_jobs(None, None, 1000, None)
+        jobs, _ = await list_jobs(self.store, None, None, 1000, None)
         return biz, [j.to_public() for j in jobs]
 
     def created_total(self, biz_type: str) -> float:

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.contract.stores import list_jobs
 from tests.unit.test_api import expect, locs
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
@@ -38,7 +39,7 @@ class Api:
         return await self.client.put(url, json=body)
 
     async def jobs(self, state: JobState | None = None) -> dict[str, Any]:
-        jobs, _ = await self.store.jobs.list_jobs("reports", state, 1000, None)
+        jobs, _ = await list_jobs(self.store, "reports", state, 1000, None)
         return {j.job_id: j for j in jobs}
 
     async def dispatch(self, job_id: str) -> list[Claimed]:

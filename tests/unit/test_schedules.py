@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from tests.contract.stores import list_jobs
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
 from timer_service.errors import InvalidInput
@@ -313,7 +314,7 @@ class Harness:
         await self.jobs.biz_types.put_biz_type(BizType("reports", "http://127.0.0.1:9/cb"))
 
     async def pending(self) -> list[str]:
-        jobs, _ = await self.jobs.jobs.list_jobs("reports", JobState.PENDING, 1000, None)
+        jobs, _ = await list_jobs(self.jobs, "reports", JobState.PENDING, 1000, None)
         return [j.job_id for j in jobs]
 
     async def dispatch_due(self) -> list[Claimed]:

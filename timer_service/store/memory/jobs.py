@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 from timer_service import jobs as machine
@@ -49,32 +48,6 @@ class MemoryJobs:
         job = self._existing(biz_type, job_id)
         change = machine.replay(job, now_ms)
         return job if change is None else self._apply(job, change)
-
-    async def list_jobs(
-        self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
-    ) -> tuple[list[Job], str | None]:
-        keys = sorted(self._s.jobs)
-        start = bisect.bisect_right(keys, cursor) if cursor else 0
-        if biz_type is not None:
-            start = max(start, bisect.bisect_left(keys, biz_type + "/"))
-        items: list[Job] = []
-        last: str | None = None
-        for key in keys[start:]:
-            job = self._s.jobs[key]
-            if biz_type is not None and job.biz_type != biz_type:
-                break
-            last = key
-            if state is None or job.state == state:
-                items.append(job)
-                if len(items) == limit:
-                    break
-        more = False
-        if last is not None:
-            following = bisect.bisect_right(keys, last)
-            more = following < len(keys)
-            if more and biz_type is not None:
-                more = keys[following].startswith(biz_type + "/")
-        return items, (last if more and len(items) == limit else None)
 
     def _existing(self, biz_type: str, job_id: str) -> Job:
         job = self._s.jobs.get(job_key(biz_type, job_id))

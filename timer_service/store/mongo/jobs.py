@@ -26,7 +26,6 @@ from timer_service.store.mongo.layout import (
     locator_doc,
     stays_in_bucket,
 )
-from timer_service.store.mongo.listing import list_jobs
 from timer_service.store.mongo.moves import Move, Mover
 
 _MOVE_RETRIES = 5
@@ -175,11 +174,6 @@ class MongoJobs:
             return doc_to_job(await self._locate(biz_type, job_id))
         except NotFound:
             return None
-
-    async def list_jobs(
-        self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
-    ) -> tuple[list[Job], str | None]:
-        return await list_jobs(self._l, self.read_jobs, biz_type, state, limit, cursor)
 
     # -- changes -------------------------------------------------------------------
     async def cancel_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:

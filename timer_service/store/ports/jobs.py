@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from timer_service.jobs import CreateResult, NewJob
-from timer_service.model import Job, JobState
+from timer_service.model import Job
 
 
 class JobsPort(Protocol):
@@ -35,10 +35,4 @@ class JobsPort(Protocol):
     async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
         """`jobs.replay`. NotFound; Conflict unless dead, or still where a replay put it
         (`jobs.replayed`: then the job as it is, unchanged: a retried replay)."""
-        ...
-
-    async def list_jobs(
-        self, biz_type: str | None, state: JobState | None, limit: int, cursor: str | None
-    ) -> tuple[list[Job], str | None]:
-        """Jobs in identity order after `cursor`; the next cursor or None at the end."""
         ...
