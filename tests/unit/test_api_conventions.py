@@ -83,6 +83,34 @@ async def test_two_edits_of_the_same_version_at_once_one_wins_the_other_is_412(a
     assert expect(await api.request("GET", BIZ), 200)["burst"] == winner
 
 
+async def test_a_rotation_never_undoes_an_edit_made_meanwhile(api: Api) -> None:
+    """A rotation writes over the version it read only: a PUT landing between its read
+    and its write is kept, and the rotation answers 409 having changed nothing."""
+    api.clock.advance(1)
+    read = api.store.biz_types.get_biz_type
+    rotation_read = asyncio.Event()
+    edit_done = asyncio.Event()
+
+    async def read_then_wait(name: str) -> Any:
+        found = await read(name)
+        api.store.biz_types.get_biz_type = read  # only the rotation's read waits
+        rotation_read.set()
+        await edit_done.wait()
+        return found
+
+    api.store.biz_types.get_biz_type = read_then_wait
+
+    async def edit() -> None:
+        await rotation_read.wait()
+        expect(await api.put_biz(burst=4), 200)
+        edit_done.set()
+
+    rotated, _ = await asyncio.gather(api.request("POST", f"{BIZ}/secret:rotate"), edit())
+    problem = expect(rotated, 409)
+    assert "nothing was changed" in problem["detail"], problem
+    assert expect(await api.request("GET", BIZ), 200)["burst"] == 4, "the edit was undone"
+
+
 async def test_if_match_on_a_biz_type_that_does_not_exist_is_412(api: Api) -> None:
     response = await api.request(
         "PUT", "/v1/biz-types/fresh", json=CALLBACK, headers={"If-Match": "*"}

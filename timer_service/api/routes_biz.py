@@ -22,6 +22,7 @@ from timer_service.api.schemas import (
 )
 from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN
+from timer_service.errors import VersionMismatch
 from timer_service.model import BizType, RetryPolicy
 from timer_service.quota import default_registration_burst
 from timer_service.signing import generate_secret
@@ -142,7 +143,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             " the defaults."
         ),
         response_model=SecretRotatedOut,
-        responses=problems(400, 404, 413, 415, 422),
+        responses=problems(400, 404, 409, 413, 415, 422),
         openapi_extra=json_body(SecretRotateIn, required=False),
     )
     async def rotate_secret(biz_type: BizTypePath, request: Request) -> Response:
@@ -151,10 +152,15 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         biz = await store.biz_types.get_biz_type(biz_type)
         if biz is None:
             raise Problem(404, f"No biz type {biz_type!r}.")
-        now = clock.now_ms()
+        now = max(clock.now_ms(), biz.updated_at + 1)  # a new version (see the PUT)
         new_secret = rotation.signing_secret or generate_secret()
         rotated = biz.rotate_secret(new_secret, rotation.keep_previous_for_s * 1000, now)
-        await store.biz_types.put_biz_type(rotated)
+        try:  # over the version read only: a PUT in between is not undone
+            await store.biz_types.put_biz_type(rotated, only_if_updated_at=biz.updated_at)
+        except VersionMismatch:
+            raise Problem(
+                409, "The biz type changed while its secret was rotated; nothing was changed."
+            ) from None
         detail = {"keep_previous_for_s": rotation.keep_previous_for_s}
         await ctx.audit(request, AuditAction.BIZ_TYPE_ROTATE_SECRET, biz_type, detail=detail)
         body = {**rotated.to_public(now), "signing_secret": new_secret}
