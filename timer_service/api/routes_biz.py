@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -98,7 +99,8 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         check_preconditions(request, existing)
         # Every write moves `updated_at` on, so it names the version: a conditional
         # PUT writes only over the version its preconditions were checked against.
-        now = clock.now_ms() if existing is None else max(clock.now_ms(), existing.updated_at + 1)
+        now = clock.now_ms()
+        version_at = now if existing is None else max(now, existing.updated_at + 1)
         conditional = "if-match" in request.headers or "if-none-match" in request.headers
         biz = BizType(
             biz_type=biz_type,
@@ -113,7 +115,7 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
             registration_rate_per_s=config.registration_rate_per_s,
             registration_burst=registration_burst(config),
             created_at=now,
-            updated_at=now,
+            updated_at=version_at,
         )
         if existing is not None:
             biz = existing.replaced_by(biz, now)
@@ -152,9 +154,10 @@ def build_biz_router(ctx: ApiContext) -> APIRouter:
         biz = await store.biz_types.get_biz_type(biz_type)
         if biz is None:
             raise Problem(404, f"No biz type {biz_type!r}.")
-        now = max(clock.now_ms(), biz.updated_at + 1)  # a new version (see the PUT)
+        now = clock.now_ms()
         new_secret = rotation.signing_secret or generate_secret()
         rotated = biz.rotate_secret(new_secret, rotation.keep_previous_for_s * 1000, now)
+        rotated = replace(rotated, updated_at=max(now, biz.updated_at + 1))  # see the PUT
         try:  # over the version read only: a PUT in between is not undone
             await store.biz_types.put_biz_type(rotated, only_if_updated_at=biz.updated_at)
         except VersionMismatch:
