@@ -347,13 +347,10 @@ async def test_limits_hold_across_two_broker_processes(env: Env) -> None:
     assert peak == 2, f"expected at most (and reaching) 2 in flight, got {peak}"
 
 
-# Known bug (issue 14, item 8): on SecantusDB the healthy biz type's p99 here is 1.0-2.7 s
-# (medians 0.5-1.2 s) in the last runs on this machine, quiet or loaded, with the send
-# mark's third write per job; it passed an hour before with the same code. Left out of
-# the default suite until the per-stage trace says where the time goes:
-# TIMER_KNOWN_BUGS=1 runs it.
-@pytest.mark.known_bug
-async def test_hanging_biz_does_not_delay_another(env: Env) -> None:
+async def healthy_lateness_ms(env: Env, jobs: int, spread_ms: int, hanging: bool) -> list[int]:
+    """`jobs` of a healthy biz type due evenly over `spread_ms`, beside a biz type whose
+    endpoint hangs (16 callbacks in flight for 30 s) when `hanging`; their lateness."""
+
     def answer(r: Received) -> tuple[int, dict[str, str], float]:
         return (200, {}, 30.0) if r.path == "/hangs" else (200, {}, 0.0)
 
@@ -362,28 +359,49 @@ async def test_hanging_biz_does_not_delay_another(env: Env) -> None:
     await env.put_biz("healthy", max_concurrency=64)
     broker_proc = env.spawn_broker(grace_s=1)
     await broker_proc.ready()
-    hang_due = now_ms() + 500
-    await create(env.store, "hangs", [f"h{i}" for i in range(50)], hang_due)
-    env.daemon.watch([hang_due])
-    await env.daemon.dispatch_once()
-    # The contract's nominal load: 500 jobs due within one second.
+    if hanging:
+        hang_due = now_ms() + 500
+        await create(env.store, "hangs", [f"h{i}" for i in range(50)], hang_due)
+        env.daemon.watch([hang_due])
+        await env.daemon.dispatch_once()
     start = now_ms() + 1800
-    due_of = {f"ok{i}": start + 2 * i for i in range(500)}
+    due_of = {f"ok{i}": start + i * spread_ms // jobs for i in range(jobs)}
     news = [NewJob("healthy", j, due, json.dumps({"j": j})) for j, due in due_of.items()]
     await env.store.jobs.create_jobs(news, now_ms())
-    jobs = [("healthy", j) for j in due_of]
     env.daemon.watch(due_of.values())
     env.daemon.run([])  # claims and publishes up to 1.5 s ahead of the due time
-    await wait_for_states(env.store, jobs, {JobState.DELIVERED}, 30)
+    await wait_for_states(env.store, [("healthy", j) for j in due_of], {JobState.DELIVERED}, 60)
     lateness = sorted(r.at_ms - due_of[r.json["job_id"]] for r in env.receiver.for_biz("healthy"))
-    assert len(lateness) == 500, f"expected 500, got {len(lateness)}"
+    assert len(lateness) == jobs, f"expected {jobs}, got {len(lateness)}"
     assert lateness[0] >= 0, f"early by {-lateness[0]:.1f} ms"
+    if hanging:
+        held = env.receiver.max_in_flight.get("hangs", 0)
+        assert held == 16, f"expected the hanging biz type capped at 16 in flight, got {held}"
+    return lateness
+
+
+def p99_ms(lateness: list[int]) -> str:
     p99 = lateness[int(len(lateness) * 0.99) - 1]
-    assert p99 < 1000, (
-        f"expected p99 < 1000 ms, got {p99:.0f} (median {statistics.median(lateness):.0f})"
-    )
-    hanging = env.receiver.max_in_flight.get("hangs", 0)
-    assert hanging == 16, f"expected the hanging biz type capped at 16 in flight, got {hanging}"
+    return f"p99 {p99} ms, median {statistics.median(lateness):.0f} ms"
+
+
+async def test_hanging_biz_does_not_delay_another(env: Env) -> None:
+    """Isolation at the embedded store's nominal load (50 fires/s, docs/operations.md,
+    "Capacity of the embedded store"): the hanging biz type's 16 stuck callbacks take
+    nothing from the healthy one's."""
+    lateness = await healthy_lateness_ms(env, jobs=150, spread_ms=3000, hanging=True)
+    assert lateness[int(len(lateness) * 0.99) - 1] < 1000, p99_ms(lateness)
+
+
+# Known bug (issue 14, item 8; issue 15): the contract's nominal load is 500 jobs due per
+# second, on time within 1 s. SecantusDB spends 12-14 ms of CPU per fired job (claim,
+# send mark, outcome and their index entries; bench/roundtrips_bench.py), so 500/s is
+# 6-7 cores of store work on this 2-core machine: p99 2.5-5 s. A MongoDB server carries
+# it; the embedded store does not yet. TIMER_KNOWN_BUGS=1 runs it.
+@pytest.mark.known_bug
+async def test_the_contract_s_nominal_load_on_the_embedded_store(env: Env) -> None:
+    lateness = await healthy_lateness_ms(env, jobs=500, spread_ms=1000, hanging=True)
+    assert lateness[int(len(lateness) * 0.99) - 1] < 1000, p99_ms(lateness)
 
 
 async def test_kill_9_during_callbacks_still_delivers_everything(env: Env) -> None:
