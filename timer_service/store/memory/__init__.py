@@ -18,11 +18,16 @@ from timer_service.store.memory.state import MemoryState
 
 class MemoryStore:
     def __init__(
-        self, buckets: int = 60, retention_ms: int = 30 * 86_400_000, clock: Clock | None = None
+        self,
+        buckets: int = 60,
+        retention_ms: int = 30 * 86_400_000,
+        clock: Clock | None = None,
+        partitions: int = 1,
     ) -> None:
         self.buckets = buckets
         self.retention_ms = retention_ms
-        self.state = MemoryState(buckets, clock=clock)
+        self.partitions = partitions
+        self.state = MemoryState(buckets, partitions, clock=clock)
         self.biz_types = MemoryBizTypes(self.state)
         self.jobs = MemoryJobs(self.state)
         self.dispatch = MemoryDispatch(self.state)
