@@ -10,7 +10,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 
-from daemon.lease import LeaseKeeper
+from daemon.partition_lease import PartitionLeases
 from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
 from daemon.rounds import Rounds
@@ -66,11 +66,18 @@ class Daemon:
             metrics,
             max_spare_age_ms=settings.reconcile_after_ms // 2,
         )
-        self.lease = LeaseKeeper(
-            store.leases, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
-        )
         self.publisher = Publisher(
             queue, store, metrics, clock, settings.publish_batch, tracing=tracing
+        )
+        self.lease = PartitionLeases(
+            store.leases,
+            clock,
+            metrics,
+            self.holder_id,
+            settings.lease_ttl_ms,
+            settings.partitions,
+            self._lease_changed,
+            settle=self._settle,
         )
         self.schedule_hook = schedule_hook
         self.publisher.on_published = schedule_hook
@@ -124,6 +131,16 @@ class Daemon:
     def fence(self) -> int | None:
         return self.lease.fence
 
+    @property
+    def partitions_owned(self) -> frozenset[int]:
+        return self.lease.owned
+
+    @property
+    def leads_partition_zero(self) -> bool:
+        """Store-wide chores (the job count sample, schedule repair) are done once, by
+        whichever daemon holds partition 0."""
+        return 0 in self.lease.owned
+
     async def step(self) -> None:
         """One round of everything, no waiting: what the tests drive with a FakeClock."""
         await self.lease.tick()
@@ -162,12 +179,21 @@ class Daemon:
             await self.schedule_hook.drain()
         await self.lease.release()
 
+    async def _settle(self) -> None:
+        """Before a partition's lease is handed back or re-fenced: publish what was
+        claimed (bounded: the lease must still be renewed in time)."""
+        await self.publisher.drain(self.settings.lease_ttl_ms / 3000)
+
     def _lease_changed(self) -> None:
+        term = self.lease.current()
+        # Every later dispatch call (scan, claims, sweeps, the watch) covers exactly
+        # the partitions this term works.
+        self.store.dispatch.own(None if term is None else term.partitions)
         self.scanner.wake.set()
         self._lease_event.set()
         self._watch_wakeup.set()
         self._stats_wakeup.set()
-        if not self.lease.is_leader:
+        if not self.leads_partition_zero:
             self.metrics.jobs_by_state({})
 
     async def sample_job_counts(self) -> None:
@@ -180,13 +206,13 @@ class Daemon:
         }
         for key, count in (await self.store.dispatch.count_jobs(SAMPLED_STATES)).items():
             counts[key] = count
-        if self.lease.is_leader:
+        if self.leads_partition_zero:
             self.metrics.jobs_by_state(counts)
 
     async def _stats_loop(self) -> None:
         interval_ms = int(self.settings.stats_interval_s * 1000)
         while True:
-            if self.lease.is_leader:
+            if self.leads_partition_zero:
                 try:
                     await self.sample_job_counts()
                 except Exception as exc:  # the next interval tries again
@@ -275,7 +301,7 @@ class Daemon:
         schedules whose advance was lost (a crash between dispatch and advance)."""
         if self.schedule_hook is None:
             return
-        if not self.lease.is_leader:
+        if not self.leads_partition_zero:
             self._schedules_repaired_ms = None
             return
         now = self.clock.now_ms()

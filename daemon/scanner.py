@@ -24,7 +24,7 @@ import bisect
 import logging
 from dataclasses import dataclass, field
 
-from daemon.lease import LeaseKeeper, Term
+from daemon.lease import Lead, Term
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
 from daemon.wheel import Timer, TimingWheel
@@ -34,13 +34,13 @@ from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.errors import LeaseLost
 from timer_service.metrics import Metrics
 from timer_service.model import second_of
+from timer_service.partitions import pointer_name
 from timer_service.settings import Settings
 from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.leases import LeasesPort
 
 log = logging.getLogger(__name__)
 
-POINTER_NAME = "p0"
 # Beyond any due time the API accepts; "no non-empty second ahead".
 END_OF_TIME_S = 2**53 // 1000
 NOT_LEADER_RECHECK_MS = 1000
@@ -91,7 +91,7 @@ class Scanner:
         dispatch: DispatchPort,
         pointers: LeasesPort,
         publisher: Publisher,
-        lease: LeaseKeeper,
+        lease: Lead,
         clock: Clock,
         metrics: Metrics,
         claims: Rounds,
@@ -191,7 +191,12 @@ class Scanner:
         log.info("scanner took over", extra={"fence": term.fence, "live_from_s": live_from_s})
 
     async def _resume(self) -> None:
-        saved = await self._pointers.load_pointer(POINTER_NAME)
+        # Every owned partition resumes from its own pointer; one catch-up from the
+        # oldest covers them all (a partition already past a second has no entry left
+        # in it to visit). A partition never scanned has none: from the start.
+        names = self._pointer_names(self._require_term())
+        pointers = await self._pointers.load_pointers(names)
+        saved = None if len(pointers) < len(names) else min(pointers.values())
         self._backlog_from_s = 0 if saved is None else min(saved, self._backlog_to_s + 1)
         self._resume_pending = False
         log.info("catch-up resumes", extra={"from_s": self._backlog_from_s, "pointer": saved})
@@ -491,10 +496,14 @@ class Scanner:
         if pointer == self._saved_pointer:
             return
         term = self._require_term()
-        if await self._pointers.save_pointer(POINTER_NAME, pointer, term.fence):
+        if await self._pointers.save_pointers(self._pointer_names(term), pointer, term.fence):
             self._saved_pointer = pointer
         else:
             raise LeaseLost("a daemon with a higher fence saved the pointer")
+
+    @staticmethod
+    def _pointer_names(term: Term) -> list[str]:
+        return [pointer_name(p) for p in sorted(term.partitions)]
 
     # -- when to run again ------------------------------------------------------------------------
     def _next_wake_ms(self, now: int) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from daemon.lease import LeaseKeeper, Term
+from daemon.lease import Lead, Term
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.store.ports.dispatch import DispatchPort
@@ -36,7 +36,7 @@ class OverdueSweeper:
     def __init__(
         self,
         dispatch: DispatchPort,
-        lease: LeaseKeeper,
+        lease: Lead,
         clock: Clock,
         metrics: Metrics,
         *,

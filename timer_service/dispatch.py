@@ -103,6 +103,16 @@ class BrokerBeat:
     held: tuple[HeldBiz, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """One lease as stored: who holds it under which fence, until when (epoch ms)."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: int
+
+
 def new_send_token(broker_id: str) -> str:
     """A send mark that names the broker making it, so that the reconciler can tell
     the sends of a broker known dead."""

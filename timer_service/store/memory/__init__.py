@@ -23,11 +23,12 @@ class MemoryStore:
         retention_ms: int = 30 * 86_400_000,
         clock: Clock | None = None,
         partitions: int = 1,
+        state: MemoryState | None = None,
     ) -> None:
         self.buckets = buckets
         self.retention_ms = retention_ms
         self.partitions = partitions
-        self.state = MemoryState(buckets, partitions, clock=clock)
+        self.state = state or MemoryState(buckets, partitions, clock=clock)
         self.biz_types = MemoryBizTypes(self.state)
         self.jobs = MemoryJobs(self.state)
         self.dispatch = MemoryDispatch(self.state)
@@ -35,6 +36,13 @@ class MemoryStore:
         self.outcomes = MemoryOutcomes(self.state)
         self.console = MemoryConsole(self.state)
         self.audit = MemoryAudit(retention_ms)
+
+    def sibling(self) -> MemoryStore:
+        """Another process's adapter over the same data: its own dispatch scope
+        (`DispatchPort.own`), as each daemon process has."""
+        return MemoryStore(
+            self.buckets, self.retention_ms, partitions=self.partitions, state=self.state
+        )
 
     @property
     def closed(self) -> bool:

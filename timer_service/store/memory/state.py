@@ -41,6 +41,7 @@ class MemoryState:
     biz: dict[str, BizType] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    fence_counter: int = 0
     brokers: dict[str, BrokerBeat] = field(default_factory=dict)
     # The store's own clock, which writes report back (a test may skew it against the
     # callers'); None: a caller's clock stands in for it.

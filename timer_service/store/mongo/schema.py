@@ -51,7 +51,7 @@ async def ensure_schema(
     while True:
         schema = await meta.find_one({"_id": SCHEMA_ID})
         if schema is not None and schema.get("version", 0) >= SCHEMA_VERSION:
-            _check_layout(schema, layout)
+            check_layout(schema, layout.buckets_n, layout.partitions)
             return
         if await _take_lock(meta, holder):
             try:
@@ -79,19 +79,20 @@ async def ensure_schema(
         await asyncio.sleep(POLL_S)
 
 
-def _check_layout(schema: dict[str, object], layout: Layout) -> None:
-    buckets = schema.get("buckets", layout.buckets_n)
-    if buckets != layout.buckets_n:
+def check_layout(schema: dict[str, object], buckets: int, partitions: int) -> None:
+    """Raise LayoutMismatch unless this process's layout is the store's."""
+    stored_buckets = schema.get("buckets", buckets)
+    if stored_buckets != buckets:
         raise LayoutMismatch(
-            f"the store was initialised with TIMER_BUCKETS={buckets}; this process has "
-            f"{layout.buckets_n}. The bucket count is fixed once jobs are stored: "
-            f"start it with TIMER_BUCKETS={buckets}."
+            f"the store was initialised with TIMER_BUCKETS={stored_buckets}; this process "
+            f"has {buckets}. The bucket count is fixed once jobs are stored: "
+            f"start it with TIMER_BUCKETS={stored_buckets}."
         )
     stored = stored_partitions(schema)
-    if stored != layout.partitions:
+    if stored != partitions:
         raise LayoutMismatch(
             f"the store was initialised with TIMER_PARTITIONS={stored}; this process has "
-            f"TIMER_PARTITIONS={layout.partitions}. The partition count is fixed when the "
+            f"TIMER_PARTITIONS={partitions}. The partition count is fixed when the "
             f"store is first initialised: start it with TIMER_PARTITIONS={stored}."
         )
 
