@@ -22,20 +22,18 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from dataclasses import dataclass, field
 
 from daemon.lease import Lead, Term
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
-from daemon.wheel import Timer, TimingWheel
+from daemon.scan_state import BacklogSecond, Held, ScanConfig
+from daemon.wheel import TimingWheel
 from timer_service.clock import Clock
-from timer_service.constants import MAX_CLAIM_AHEAD_MS
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.errors import LeaseLost
 from timer_service.metrics import Metrics
 from timer_service.model import second_of
 from timer_service.partitions import pointer_name
-from timer_service.settings import Settings
 from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.leases import LeasesPort
 
@@ -44,44 +42,6 @@ log = logging.getLogger(__name__)
 # Beyond any due time the API accepts; "no non-empty second ahead".
 END_OF_TIME_S = 2**53 // 1000
 NOT_LEADER_RECHECK_MS = 1000
-
-
-@dataclass(slots=True)
-class _Held:
-    """A loaded second: the version read before loading it, and its known pending jobs."""
-
-    entry: SecondEntry
-    jobs: dict[str, Timer[int]] = field(default_factory=dict)
-    # Set while the second changed after it was loaded: instead of re-reading it,
-    # claim rounds sweep its whole range (see `_start_sweep`).
-    sweep: list[Timer[int]] | None = None
-
-
-@dataclass(slots=True)
-class _BacklogSecond:
-    entry: SecondEntry
-    due: list[int]  # next_attempt_at of its pending jobs, sorted
-    done: int = 0  # how many of `due` are claimed
-
-
-@dataclass(slots=True)
-class ScanConfig:
-    claim_ahead_ms: int
-    lookahead_ms: int
-    catchup_rate_per_s: int
-    min_wake_ms: int = 50  # claims are batched: at most one round per second per this
-    sweep_step_ms: int = 100  # a changed second is claimed in rounds this far apart
-    safety_poll_ms: int = 10_000
-    page: int = 1000
-    max_backlog_seconds_per_step: int = 200
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ScanConfig:
-        return cls(
-            claim_ahead_ms=min(settings.claim_ahead_ms, MAX_CLAIM_AHEAD_MS),
-            lookahead_ms=max(settings.lookahead_ms, settings.claim_ahead_ms + 1000),
-            catchup_rate_per_s=settings.catchup_rate_per_s,
-        )
 
 
 class Scanner:
@@ -160,7 +120,7 @@ class Scanner:
 
     def _reset(self, now: int) -> None:
         self._wheel: TimingWheel[int] = TimingWheel(now)
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, Held] = {}
         self._dirty: set[int] = set()
         self._due_seconds: set[int] = set()  # fired in the wheel, claim still to do
         self._scan_from_s = second_of(now)  # live seconds below this are listed already
@@ -168,7 +128,7 @@ class Scanner:
         self._backlog_from_s: int | None = None  # next backlog second to visit
         self._resume_pending = False  # a new term's catch-up start is still to be read
         self._backlog_to_s = 0
-        self._backlog: _BacklogSecond | None = None
+        self._backlog: BacklogSecond | None = None
         self._tokens = 0.0
         self._tokens_at_ms = now
         self._last_claim_round_ms = -(10**12)
@@ -289,7 +249,7 @@ class Scanner:
         pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
         held = self._held.get(entry.second)
         if held is None:
-            held = self._held[entry.second] = _Held(entry)
+            held = self._held[entry.second] = Held(entry)
         held.entry = entry
         second = entry.second
         known = held.jobs
@@ -310,7 +270,7 @@ class Scanner:
         if not known:
             await self._release(held)
 
-    async def _release(self, held: _Held) -> None:
+    async def _release(self, held: Held) -> None:
         """Drop a second whose jobs are all claimed; if it was written into since it
         was read (or the release failed), read it again instead."""
         second = held.entry.second
@@ -336,7 +296,7 @@ class Scanner:
             for timer in held.sweep or ():
                 timer.cancel()
 
-    def _start_sweep(self, held: _Held) -> None:
+    def _start_sweep(self, held: Held) -> None:
         """A loaded second was written into (a create, reschedule or retry).
 
         Re-reading all of its pending jobs on every write costs O(jobs) per write,
@@ -399,7 +359,7 @@ class Scanner:
                 entry = swept[second]
                 self._forget(second)  # everything in it is claimed
                 if entry is not None:
-                    await self._release(_Held(entry))
+                    await self._release(Held(entry))
             elif not held.jobs and held.sweep is None:
                 await self._release(held)
 
@@ -467,10 +427,10 @@ class Scanner:
 
     async def _open_backlog_second(self, entry: SecondEntry) -> None:
         pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
-        self._backlog = _BacklogSecond(entry, sorted(due for _, due in pending))
+        self._backlog = BacklogSecond(entry, sorted(due for _, due in pending))
         self._backlog_from_s = entry.second
 
-    async def _close_backlog_second(self, current: _BacklogSecond) -> None:
+    async def _close_backlog_second(self, current: BacklogSecond) -> None:
         second = current.entry.second
         if await self._dispatch.release_second(current.entry, self._require_term().fence):
             self._backlog = None
