@@ -25,6 +25,17 @@ class Term:
     partitions: frozenset[int] = frozenset({0})  # what the scanner works in this term
 
 
+def narrowed(old: Term | None, new: Term | None) -> bool:
+    """`new` only hands partitions of `old` back, under the same fence: no takeover,
+    nothing to start again (daemon/partition_lease.py)."""
+    return (
+        old is not None
+        and new is not None
+        and new.fence == old.fence
+        and new.partitions < old.partitions
+    )
+
+
 class Lead(Protocol):
     """What the scanner, reconciler and sweeper ask of a lease keeper."""
 

@@ -6,11 +6,13 @@ partitions. Every tick (ttl/3) costs one write and one read, whatever P is:
 
 1. renew every held lease and the heartbeat in one write;
 2. read the leases table; with n live daemons this one takes at most ⌈P/n⌉;
-3. surplus (a newcomer appeared) is marked leaving: the scanner stops working
-   it at once, and the next tick, once what was claimed is published
-   (`settle`), gives its lease back;
+3. surplus (a newcomer appeared): the scanner stops working it at once, and
+   once what was claimed is published (`settle`) its lease is given back;
 4. short of its share, it takes free or lapsed partitions: a dead daemon's
-   lapse one TTL after its last renew, so they are taken within TTL + ttl/3.
+   lapse one TTL after its last renew, so they are taken within TTL + ttl/3;
+   while another daemon holds more than its share (a handover to this one is
+   under way) it looks every ttl/10, so a handed-back partition is worked again
+   well within the claim-ahead and no job goes out late.
 
 All leases a daemon holds share one fence, drawn from one counter for the
 whole store (`LeasesPort.next_fence`): a gain takes a new fence for all of
@@ -23,10 +25,12 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 
 from daemon.lease import Term
 from timer_service.clock import Clock
+from timer_service.dispatch import LeaseState
 from timer_service.metrics import Metrics
 from timer_service.partitions import (
     DAEMON_BEAT_PREFIX,
@@ -39,6 +43,7 @@ from timer_service.store.ports.leases import LeasesPort
 log = logging.getLogger(__name__)
 
 TABLE_PREFIX = "daemon-"  # partition leases and heartbeats alike
+HANDOVER_POLL_DIVISOR = 10  # while another daemon holds more than its share: ttl / 10
 
 
 async def _nothing_to_settle() -> None:
@@ -138,29 +143,37 @@ class PartitionLeases:
     # -- one tick ----------------------------------------------------------------------
     async def _round(self, now: int) -> None:
         await self._renew(now)
-        if self._leaving:
+        if self._leaving:  # a hand-back that failed last time
             await self._hand_back()
         table = await self._leases.list_leases(TABLE_PREFIX)
         live = {t.name for t in table if t.name.startswith(DAEMON_BEAT_PREFIX)}
         live_now = {t.name for t in table if t.name in live and t.expires_at >= now}
         share = fair_share(self.partitions, len(live_now | {self._beat}))
-        keep = self._held - self._leaving
-        if len(keep) > share:
-            self._mark_leaving(len(keep) - share)
+        if len(self._held) > share:
+            self._mark_leaving(len(self._held) - share)
+            await self._hand_back()
             return
-        wanted = share - len(keep)
+        wanted = share - len(self._held)
         if wanted <= 0:
             return
-        taken = {t.name: t for t in table if t.name.startswith(DAEMON_LEASE_PREFIX)}
+        leases = {t.name: t for t in table if t.name.startswith(DAEMON_LEASE_PREFIX)}
         free = [
             p
             for p in self._preference()
             if p not in self._held
-            and (lease_name(p) not in taken or taken[lease_name(p)].expires_at < now)
+            and (lease_name(p) not in leases or leases[lease_name(p)].expires_at < now)
         ]
         if free:
             top = max([self._fence, *(t.token for t in table)])
             await self._gain(free[:wanted], top, now)
+        if len(self._held) < share and self._someone_over(leases.values(), share, now):
+            # A handover to this daemon is under way: look again soon, so that the
+            # partitions given back are worked again well within the claim-ahead.
+            self._next_action_ms = now + max(1, self.ttl_ms // HANDOVER_POLL_DIVISOR)
+
+    def _someone_over(self, leases: Iterable[LeaseState], share: int, now: int) -> bool:
+        held = Counter(t.holder for t in leases if t.expires_at >= now and t.holder != self.holder)
+        return any(count > share for count in held.values())
 
     async def _renew(self, now: int) -> None:
         names = [*map(lease_name, sorted(self._held)), self._beat]

@@ -23,7 +23,7 @@ import asyncio
 import bisect
 import logging
 
-from daemon.lease import Lead, Term
+from daemon.lease import Lead, Term, narrowed
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
 from daemon.scan_state import BacklogSecond, Held, ScanConfig
@@ -95,6 +95,11 @@ class Scanner:
         self.wake.clear()
         now = self._clock.now_ms()
         term = self._lease.current()
+        if term != self._term and narrowed(self._term, term):
+            # Partitions handed back under the same fence: the wheel and loaded seconds
+            # stay; claims and releases now cover only what is still owned
+            # (`DispatchPort.own`), so what was loaded of the others is passed over.
+            self._term = term
         if term != self._term:
             if term is None:
                 log.info("scanner stopped: not leader")

@@ -102,7 +102,10 @@ class MemoryDispatch:
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         released = True
+        owned = self._partitions()
         for p, v in entry.partition_versions():
+            if p not in owned:
+                continue  # another daemon's to release
             at = slot(p, entry.second)
             version = self._s.versions.get(at)
             if version is None:

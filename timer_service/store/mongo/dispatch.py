@@ -165,7 +165,10 @@ class MongoDispatch:
         return {d["claim"] for docs in found for d in docs}
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
-        parts = entry.partition_versions()
+        owned = self._partitions()
+        parts = [(p, v) for p, v in entry.partition_versions() if p in owned]
+        if not parts:
+            return True
         unchanged = [
             {"_id": slot(p, entry.second), "v": v, "f": {"$not": {"$gt": fence}}} for p, v in parts
         ]

@@ -74,7 +74,8 @@ class DispatchPort(Protocol):
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         """Delete the seconds entry if its version is unchanged and no higher fence
-        has loaded it; False if it moved on (or was taken on by a newer daemon)."""
+        has loaded it; False if it moved on (or was taken on by a newer daemon). Only
+        the owned partitions' entries of that second are touched."""
         ...
 
     async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
