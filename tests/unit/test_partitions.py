@@ -23,6 +23,7 @@ from timer_service.partitions import (
 from timer_service.runtime import LAYOUT_MISMATCH_EXIT, run_until_signal
 from timer_service.store.memory import MemoryStore
 from timer_service.store.mongo.schema import check_layout
+from timer_service.store.recording import recording
 
 P = 8
 TTL_MS = 3000
@@ -241,3 +242,42 @@ def test_a_layout_mismatch_exits_non_zero_with_one_line() -> None:
     assert code == LAYOUT_MISMATCH_EXIT != 0
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and "TIMER_PARTITIONS=8" in lines[0], lines
+
+
+# -- cost ------------------------------------------------------------------------------------
+
+
+async def idle_calls(partitions: int, daemons: int) -> dict[str, int]:
+    """Store calls of `daemons` idle daemons over a minute, with 2,000 jobs parked a year
+    ahead and the partitions settled among them."""
+    clock = FakeClock(1_767_225_600_000)
+    data = MemoryStore(buckets=60, partitions=partitions)
+    start = clock.now_ms()
+    year_ms = 365 * 86_400_000
+    await create(data, start, *((f"p{i}", start + year_ms + i * 10) for i in range(2000)))
+    stores = [recording(data.sibling()) for _ in range(daemons)]
+    hs = [Harness(s, clock, partitions=partitions, lease_ttl_ms=TTL_MS) for s in stores]  # type: ignore[arg-type]
+    await run_until(start + 5 * TTL_MS, *hs, max_step_ms=200)
+    assert sum(owned(*hs)) == partitions
+    before = [dict(s.ops) for s in stores]
+    await run_until(start + 5 * TTL_MS + 60_000, *hs, max_step_ms=60_000)
+    calls: dict[str, int] = {}
+    for s, b in zip(stores, before, strict=True):
+        for name, count in s.ops.items():
+            if name != "own" and count > b.get(name, 0):
+                calls[name] = calls.get(name, 0) + count - b.get(name, 0)
+    return calls
+
+
+@pytest.mark.parametrize("daemons", [1, 2])
+async def test_idle_store_load_does_not_grow_with_the_partitions(daemons: int) -> None:
+    # As many partitions as daemons (each daemon works) against P = 8: the same load.
+    one, eight = await idle_calls(daemons, daemons), await idle_calls(P, daemons)
+    print(f"\nidle store calls in 60 s, {daemons} daemon(s): P={daemons} {one}; P={P} {eight}")
+    assert eight.get("load_second", 0) == 0 and eight.get("claim_due", 0) == 0, eight
+    # Per tick (ttl / 3) one renew and one table read per daemon, whatever P is.
+    ticks = daemons * 60_000 // (TTL_MS // 3) + 2 * daemons
+    assert eight.get("renew_leases", 0) <= ticks and eight.get("list_leases", 0) <= ticks, eight
+    assert sum(eight.values()) <= sum(one.values()) * 1.2 + 5, (
+        f"idle calls at P={P}: {sum(eight.values())}, at P={daemons}: {sum(one.values())}"
+    )
