@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 ERROR_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 WATCH_RETRY_MAX_S = 30.0
 SCHEDULE_REPAIR_EVERY_MS = 300_000
+SCANNER_FIRST_WAIT_MS = 50
 SAMPLED_STATES = (JobState.PENDING, JobState.DISPATCHED, JobState.DEAD)
 
 
@@ -280,6 +281,15 @@ class Daemon:
 
     async def _reconcile_loop(self) -> None:
         while True:
+            term = self.lease.current()
+            if term is not None and self.scanner.settled_term != term:
+                # A new term: the scanner loads the window and claims what is due first;
+                # the takeover sweeps (every bucket read) would slow those loads on the
+                # store and make the jobs of the partitions just taken late.
+                await self._sleep_until(
+                    self.clock.now_ms() + SCANNER_FIRST_WAIT_MS, self._lease_event
+                )
+                continue
             try:
                 await self.reconciler.maybe_run(self.scanner.last_claim_ms)
             except Exception as exc:  # next interval tries again

@@ -66,6 +66,8 @@ class Scanner:
         self._claims = claims
         self.wake = asyncio.Event()
         self.last_claim_ms = 0  # the last claim attempt: the reconciler sweeps after it
+        # The term whose first iteration (window loaded, due jobs claimed) is done.
+        self.settled_term: Term | None = None
         self._term: Term | None = None
         self._reset(0)
 
@@ -121,6 +123,7 @@ class Scanner:
             self._reset(now)
             self._term = None
             return self._clock.now_ms()
+        self.settled_term = self._term
         return self._next_wake_ms(self._clock.now_ms())
 
     def _reset(self, now: int) -> None:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
+from tests.e2e.harness import LOG_DIR
 from tests.integration.test_daemon_integration import (
     BIZ,
     CLAIM_AHEAD_MS,
@@ -42,12 +43,15 @@ class DaemonProcess:
     def __init__(self, env: dict[str, str], name: str) -> None:
         self.name = name
         self.metrics_port = free_port()
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "timer-service"), "daemon"],
-            env={**env, "TIMER_METRICS_PORT": str(self.metrics_port)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOG_DIR / f"partitions-daemon-{name}-{self.metrics_port}.log"
+        with open(self.log_path, "ab") as log:  # a pipe nobody reads could fill and block it
+            self.proc = subprocess.Popen(
+                [str(VENV_BIN / "timer-service"), "daemon"],
+                env={**env, "TIMER_METRICS_PORT": str(self.metrics_port)},
+                stdout=log,
+                stderr=log,
+            )
 
     def owned(self) -> int:
         try:
@@ -106,7 +110,7 @@ def env(mongo_url: str, mongo_db: str, queue_prefix: str) -> dict[str, str]:
         # No broker runs here to say it holds the messages: a short timeout would
         # republish every job, as designed for a lost message.
         "TIMER_RECONCILE_AFTER_MS": "60000",
-        "TIMER_LOG_LEVEL": "WARNING",
+        "TIMER_LOG_LEVEL": os.environ.get("PARTITION_TEST_LOG_LEVEL", "WARNING"),
     }
 
 
@@ -128,6 +132,7 @@ async def test_two_daemons_split_a_killed_ones_share_is_taken_and_a_third_joins(
         await asyncio.sleep(max(0, start + 11_000 - now_ms()) / 1000)
 
         a.proc.send_signal(signal.SIGKILL)
+        killed_ms = now_ms()
         took = await asyncio.to_thread(wait_until, lambda: b.owned() == P, 4 * TTL_MS / 1000)
         print(f"\nkill -9: the survivor owned all {P} after {took} s (TTL {TTL_MS} ms)")
         assert took is not None and took <= 2 * TTL_MS / 1000 + OBSERVE_MARGIN_S, (
@@ -159,11 +164,19 @@ async def test_two_daemons_split_a_killed_ones_share_is_taken_and_a_third_joins(
             f"max={max(lateness):.0f} (n={len(lateness)})"
         )
         # A job due while partitions change hands still goes out: the dead daemon's
-        # within 2 x TTL of the kill, a handed-back one once the newcomer has loaded it
-        # (measured here: up to ~1 s late at the join, on time after it).
+        # within 2 x TTL of the kill (its loaded jobs wait for the takeover), and across
+        # the newcomer's join with no gap (measured here: at most ~0.5 s late; the
+        # bound leaves room for a loaded 2-core machine).
         assert max(lateness) <= 2 * TTL_MS + 1000, f"max lateness {max(lateness)} ms"
-        settled = [x for i, x in enumerate(lateness) if i >= len(lateness) - 100]
-        assert max(settled) <= 1000, f"after the join, jobs should go out on time: {settled}"
+        recovered = [
+            x
+            for x, due_at in zip(lateness, due.values(), strict=True)
+            if due_at > killed_ms + 2 * TTL_MS + 1000
+        ]
+        assert recovered and max(recovered) <= 2000, (
+            f"after the takeover, through the join, jobs should go out on time: "
+            f"worst {max(recovered)} ms late"
+        )
         assert statistics.median(lateness) <= 0, "most jobs should reach the queue before due"
     finally:
         for p in procs:
