@@ -10,6 +10,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 
+from daemon.lease import Term
 from daemon.partition_lease import PartitionLeases
 from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
@@ -119,6 +120,7 @@ class Daemon:
         self._watch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        self._waiting_since: tuple[Term, int] | None = None  # see `_scanner_first`
 
     # -- for the API in dev mode, and tests ------------------------------------------
     def nudge(self, second: int) -> None:
@@ -281,14 +283,9 @@ class Daemon:
 
     async def _reconcile_loop(self) -> None:
         while True:
-            term = self.lease.current()
-            if term is not None and self.scanner.settled_term != term:
-                # A new term: the scanner loads the window and claims what is due first;
-                # the takeover sweeps (every bucket read) would slow those loads on the
-                # store and make the jobs of the partitions just taken late.
-                await self._sleep_until(
-                    self.clock.now_ms() + SCANNER_FIRST_WAIT_MS, self._lease_event
-                )
+            if self._scanner_first(self.lease.current()):
+                wake_ms = self.clock.now_ms() + SCANNER_FIRST_WAIT_MS
+                await self._sleep_until(wake_ms, self._lease_event)
                 continue
             try:
                 await self.reconciler.maybe_run(self.scanner.last_claim_ms)
@@ -305,6 +302,18 @@ class Daemon:
             if not self.lease.is_leader:
                 wake_ms = self.clock.now_ms() + self.settings.lease_ttl_ms
             await self._sleep_until(wake_ms, self._lease_event)
+
+    def _scanner_first(self, term: Term | None) -> bool:
+        """A new term: the scanner loads the window and claims what is due first; the
+        takeover sweeps (every bucket read) would slow those loads on the store and make
+        the jobs of the partitions just taken late. Bounded by a TTL: a scanner that
+        keeps failing must not hold the reconciler up."""
+        if term is None or self.scanner.settled_term == term:
+            return False
+        now = self.clock.now_ms()
+        if self._waiting_since is None or self._waiting_since[0] != term:
+            self._waiting_since = (term, now)
+        return now - self._waiting_since[1] < self.settings.lease_ttl_ms
 
     async def _repair_schedules(self) -> None:
         """Right after taking the lease, then every few minutes while leading: mend

@@ -165,7 +165,7 @@ async def test_two_daemons_split_a_killed_ones_share_is_taken_and_a_third_joins(
         )
         # A job due while partitions change hands still goes out: the dead daemon's
         # within 2 x TTL of the kill (its loaded jobs wait for the takeover), and across
-        # the newcomer's join with no gap (measured here: at most ~0.5 s late; the
+        # the newcomer's join with no gap (measured here: at most 0.25-1 s late; the
         # bound leaves room for a loaded 2-core machine).
         assert max(lateness) <= 2 * TTL_MS + 1000, f"max lateness {max(lateness)} ms"
         recovered = [
