@@ -13,7 +13,12 @@ import os
 import socket
 import uuid
 
-from tenacity import AsyncRetrying, RetryCallState, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_not_exception_type,
+    wait_exponential,
+)
 
 from broker.lane import Lane
 from broker.outcomes import OutcomeWriter
@@ -21,6 +26,7 @@ from broker.sender import Sender
 from broker.skew import SkewGuard
 from timer_service.clock import Clock, SystemClock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
+from timer_service.errors import LayoutMismatch
 from timer_service.metrics import Metrics
 from timer_service.model import BizType
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
@@ -227,6 +233,25 @@ async def connect_queue(queue: DispatchQueue, clock: Clock, give_up_after_s: flo
             await queue.connect()
 
 
+async def check_store(store: Store, clock: Clock, give_up_after_s: float = 60.0) -> None:
+    """The store's schema, read (or created, by whichever process is first): a store set
+    up with another layout (TIMER_BUCKETS, TIMER_PARTITIONS) is refused at once."""
+    started_s = clock.monotonic_s()
+
+    def past_bound(_: RetryCallState) -> bool:
+        return clock.monotonic_s() - started_s >= give_up_after_s
+
+    async for attempt in AsyncRetrying(
+        retry=retry_if_not_exception_type(LayoutMismatch),
+        stop=past_bound,
+        wait=wait_exponential(multiplier=0.2, max=5.0),
+        sleep=clock.sleep,
+        reraise=True,
+    ):
+        with attempt:
+            await store.setup()
+
+
 def run() -> int:
     """`timer-service broker` / `python -m broker`."""
     from timer_service import wiring
@@ -241,6 +266,7 @@ def run() -> int:
         clock = SystemClock()
         store = wiring.mongo_store(settings)
         queue = wiring.amqp_queue(settings)
+        await check_store(store, clock)
         await connect_queue(queue, clock)
         metrics = Metrics()
         tracing = build_tracing(settings.otel_exporter, "timer-service-broker")

@@ -10,7 +10,8 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 
-from daemon.lease import LeaseKeeper
+from daemon.lease import Term
+from daemon.partition_lease import PartitionLeases
 from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
 from daemon.rounds import Rounds
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 ERROR_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 WATCH_RETRY_MAX_S = 30.0
 SCHEDULE_REPAIR_EVERY_MS = 300_000
+SCANNER_FIRST_WAIT_MS = 50
 SAMPLED_STATES = (JobState.PENDING, JobState.DISPATCHED, JobState.DEAD)
 
 
@@ -66,11 +68,18 @@ class Daemon:
             metrics,
             max_spare_age_ms=settings.reconcile_after_ms // 2,
         )
-        self.lease = LeaseKeeper(
-            store.leases, clock, metrics, self.holder_id, settings.lease_ttl_ms, self._lease_changed
-        )
         self.publisher = Publisher(
             queue, store, metrics, clock, settings.publish_batch, tracing=tracing
+        )
+        self.lease = PartitionLeases(
+            store.leases,
+            clock,
+            metrics,
+            self.holder_id,
+            settings.lease_ttl_ms,
+            settings.partitions,
+            self._lease_changed,
+            settle=self._settle,
         )
         self.schedule_hook = schedule_hook
         self.publisher.on_published = schedule_hook
@@ -111,6 +120,7 @@ class Daemon:
         self._watch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        self._waiting_since: tuple[Term, int] | None = None  # see `_scanner_first`
 
     # -- for the API in dev mode, and tests ------------------------------------------
     def nudge(self, second: int) -> None:
@@ -123,6 +133,16 @@ class Daemon:
     @property
     def fence(self) -> int | None:
         return self.lease.fence
+
+    @property
+    def partitions_owned(self) -> frozenset[int]:
+        return self.lease.owned
+
+    @property
+    def leads_partition_zero(self) -> bool:
+        """Store-wide chores (the job count sample, schedule repair) are done once, by
+        whichever daemon holds partition 0."""
+        return 0 in self.lease.owned
 
     async def step(self) -> None:
         """One round of everything, no waiting: what the tests drive with a FakeClock."""
@@ -162,12 +182,21 @@ class Daemon:
             await self.schedule_hook.drain()
         await self.lease.release()
 
+    async def _settle(self) -> None:
+        """Before a partition's lease is handed back or re-fenced: publish what was
+        claimed (bounded: the lease must still be renewed in time)."""
+        await self.publisher.drain(self.settings.lease_ttl_ms / 3000)
+
     def _lease_changed(self) -> None:
+        term = self.lease.current()
+        # Every later dispatch call (scan, claims, sweeps, the watch) covers exactly
+        # the partitions this term works.
+        self.store.dispatch.own(None if term is None else term.partitions)
         self.scanner.wake.set()
         self._lease_event.set()
         self._watch_wakeup.set()
         self._stats_wakeup.set()
-        if not self.lease.is_leader:
+        if not self.leads_partition_zero:
             self.metrics.jobs_by_state({})
 
     async def sample_job_counts(self) -> None:
@@ -180,13 +209,13 @@ class Daemon:
         }
         for key, count in (await self.store.dispatch.count_jobs(SAMPLED_STATES)).items():
             counts[key] = count
-        if self.lease.is_leader:
+        if self.leads_partition_zero:
             self.metrics.jobs_by_state(counts)
 
     async def _stats_loop(self) -> None:
         interval_ms = int(self.settings.stats_interval_s * 1000)
         while True:
-            if self.lease.is_leader:
+            if self.leads_partition_zero:
                 try:
                     await self.sample_job_counts()
                 except Exception as exc:  # the next interval tries again
@@ -254,6 +283,10 @@ class Daemon:
 
     async def _reconcile_loop(self) -> None:
         while True:
+            if self._scanner_first(self.lease.current()):
+                wake_ms = self.clock.now_ms() + SCANNER_FIRST_WAIT_MS
+                await self._sleep_until(wake_ms, self._lease_event)
+                continue
             try:
                 await self.reconciler.maybe_run(self.scanner.last_claim_ms)
             except Exception as exc:  # next interval tries again
@@ -270,12 +303,24 @@ class Daemon:
                 wake_ms = self.clock.now_ms() + self.settings.lease_ttl_ms
             await self._sleep_until(wake_ms, self._lease_event)
 
+    def _scanner_first(self, term: Term | None) -> bool:
+        """A new term: the scanner loads the window and claims what is due first; the
+        takeover sweeps (every bucket read) would slow those loads on the store and make
+        the jobs of the partitions just taken late. Bounded by a TTL: a scanner that
+        keeps failing must not hold the reconciler up."""
+        if term is None or self.scanner.settled_term == term:
+            return False
+        now = self.clock.now_ms()
+        if self._waiting_since is None or self._waiting_since[0] != term:
+            self._waiting_since = (term, now)
+        return now - self._waiting_since[1] < self.settings.lease_ttl_ms
+
     async def _repair_schedules(self) -> None:
         """Right after taking the lease, then every few minutes while leading: mend
         schedules whose advance was lost (a crash between dispatch and advance)."""
         if self.schedule_hook is None:
             return
-        if not self.lease.is_leader:
+        if not self.leads_partition_zero:
             self._schedules_repaired_ms = None
             return
         now = self.clock.now_ms()

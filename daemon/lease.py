@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
@@ -21,6 +22,24 @@ class Term:
 
     number: int  # local count of terms, increases on every gain
     fence: int  # the store's fencing token, passed to every state write
+    partitions: frozenset[int] = frozenset({0})  # what the scanner works in this term
+
+
+def narrowed(old: Term | None, new: Term | None) -> bool:
+    """`new` only hands partitions of `old` back, under the same fence: no takeover,
+    nothing to start again (daemon/partition_lease.py)."""
+    return (
+        old is not None
+        and new is not None
+        and new.fence == old.fence
+        and new.partitions < old.partitions
+    )
+
+
+class Lead(Protocol):
+    """What the scanner, reconciler and sweeper ask of a lease keeper."""
+
+    def current(self) -> Term | None: ...
 
 
 class LeaseKeeper:

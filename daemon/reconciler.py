@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from daemon.holders import DEAD_AFTER_MS, Holders, judge
-from daemon.lease import LeaseKeeper, Term
+from daemon.lease import Lead, Term, narrowed
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
 from timer_service.clock import Clock
@@ -46,7 +46,7 @@ class Reconciler:
         dispatch: DispatchPort,
         leases: LeasesPort,
         publisher: Publisher,
-        lease: LeaseKeeper,
+        lease: Lead,
         clock: Clock,
         metrics: Metrics,
         claims: Rounds,
@@ -89,6 +89,8 @@ class Reconciler:
         next interval sweeps whatever the time since the last attempt.
         """
         term = self._lease.current()
+        if narrowed(self._term, term):
+            self._term = term  # partitions handed back: not a takeover
         if term != self._term:
             self._term = term
             self._next_sweep_ms = 0

@@ -22,66 +22,26 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from dataclasses import dataclass, field
 
-from daemon.lease import LeaseKeeper, Term
+from daemon.lease import Lead, Term, narrowed
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
-from daemon.wheel import Timer, TimingWheel
+from daemon.scan_state import BacklogSecond, Held, ScanConfig
+from daemon.wheel import TimingWheel
 from timer_service.clock import Clock
-from timer_service.constants import MAX_CLAIM_AHEAD_MS
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.errors import LeaseLost
 from timer_service.metrics import Metrics
 from timer_service.model import second_of
-from timer_service.settings import Settings
+from timer_service.partitions import pointer_name
 from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.leases import LeasesPort
 
 log = logging.getLogger(__name__)
 
-POINTER_NAME = "p0"
 # Beyond any due time the API accepts; "no non-empty second ahead".
 END_OF_TIME_S = 2**53 // 1000
 NOT_LEADER_RECHECK_MS = 1000
-
-
-@dataclass(slots=True)
-class _Held:
-    """A loaded second: the version read before loading it, and its known pending jobs."""
-
-    entry: SecondEntry
-    jobs: dict[str, Timer[int]] = field(default_factory=dict)
-    # Set while the second changed after it was loaded: instead of re-reading it,
-    # claim rounds sweep its whole range (see `_start_sweep`).
-    sweep: list[Timer[int]] | None = None
-
-
-@dataclass(slots=True)
-class _BacklogSecond:
-    entry: SecondEntry
-    due: list[int]  # next_attempt_at of its pending jobs, sorted
-    done: int = 0  # how many of `due` are claimed
-
-
-@dataclass(slots=True)
-class ScanConfig:
-    claim_ahead_ms: int
-    lookahead_ms: int
-    catchup_rate_per_s: int
-    min_wake_ms: int = 50  # claims are batched: at most one round per second per this
-    sweep_step_ms: int = 100  # a changed second is claimed in rounds this far apart
-    safety_poll_ms: int = 10_000
-    page: int = 1000
-    max_backlog_seconds_per_step: int = 200
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ScanConfig:
-        return cls(
-            claim_ahead_ms=min(settings.claim_ahead_ms, MAX_CLAIM_AHEAD_MS),
-            lookahead_ms=max(settings.lookahead_ms, settings.claim_ahead_ms + 1000),
-            catchup_rate_per_s=settings.catchup_rate_per_s,
-        )
 
 
 class Scanner:
@@ -91,7 +51,7 @@ class Scanner:
         dispatch: DispatchPort,
         pointers: LeasesPort,
         publisher: Publisher,
-        lease: LeaseKeeper,
+        lease: Lead,
         clock: Clock,
         metrics: Metrics,
         claims: Rounds,
@@ -106,6 +66,8 @@ class Scanner:
         self._claims = claims
         self.wake = asyncio.Event()
         self.last_claim_ms = 0  # the last claim attempt: the reconciler sweeps after it
+        # The term whose first iteration (window loaded, due jobs claimed) is done.
+        self.settled_term: Term | None = None
         self._term: Term | None = None
         self._reset(0)
 
@@ -135,6 +97,11 @@ class Scanner:
         self.wake.clear()
         now = self._clock.now_ms()
         term = self._lease.current()
+        if term != self._term and narrowed(self._term, term):
+            # Partitions handed back under the same fence: the wheel and loaded seconds
+            # stay; claims and releases now cover only what is still owned
+            # (`DispatchPort.own`), so what was loaded of the others is passed over.
+            self._term = term
         if term != self._term:
             if term is None:
                 log.info("scanner stopped: not leader")
@@ -156,11 +123,12 @@ class Scanner:
             self._reset(now)
             self._term = None
             return self._clock.now_ms()
+        self.settled_term = self._term
         return self._next_wake_ms(self._clock.now_ms())
 
     def _reset(self, now: int) -> None:
         self._wheel: TimingWheel[int] = TimingWheel(now)
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, Held] = {}
         self._dirty: set[int] = set()
         self._due_seconds: set[int] = set()  # fired in the wheel, claim still to do
         self._scan_from_s = second_of(now)  # live seconds below this are listed already
@@ -168,7 +136,7 @@ class Scanner:
         self._backlog_from_s: int | None = None  # next backlog second to visit
         self._resume_pending = False  # a new term's catch-up start is still to be read
         self._backlog_to_s = 0
-        self._backlog: _BacklogSecond | None = None
+        self._backlog: BacklogSecond | None = None
         self._tokens = 0.0
         self._tokens_at_ms = now
         self._last_claim_round_ms = -(10**12)
@@ -191,7 +159,12 @@ class Scanner:
         log.info("scanner took over", extra={"fence": term.fence, "live_from_s": live_from_s})
 
     async def _resume(self) -> None:
-        saved = await self._pointers.load_pointer(POINTER_NAME)
+        # Every owned partition resumes from its own pointer; one catch-up from the
+        # oldest covers them all (a partition already past a second has no entry left
+        # in it to visit). A partition never scanned has none: from the start.
+        names = self._pointer_names(self._require_term())
+        pointers = await self._pointers.load_pointers(names)
+        saved = None if len(pointers) < len(names) else min(pointers.values())
         self._backlog_from_s = 0 if saved is None else min(saved, self._backlog_to_s + 1)
         self._resume_pending = False
         log.info("catch-up resumes", extra={"from_s": self._backlog_from_s, "pointer": saved})
@@ -284,7 +257,7 @@ class Scanner:
         pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
         held = self._held.get(entry.second)
         if held is None:
-            held = self._held[entry.second] = _Held(entry)
+            held = self._held[entry.second] = Held(entry)
         held.entry = entry
         second = entry.second
         known = held.jobs
@@ -305,7 +278,7 @@ class Scanner:
         if not known:
             await self._release(held)
 
-    async def _release(self, held: _Held) -> None:
+    async def _release(self, held: Held) -> None:
         """Drop a second whose jobs are all claimed; if it was written into since it
         was read (or the release failed), read it again instead."""
         second = held.entry.second
@@ -331,7 +304,7 @@ class Scanner:
             for timer in held.sweep or ():
                 timer.cancel()
 
-    def _start_sweep(self, held: _Held) -> None:
+    def _start_sweep(self, held: Held) -> None:
         """A loaded second was written into (a create, reschedule or retry).
 
         Re-reading all of its pending jobs on every write costs O(jobs) per write,
@@ -394,7 +367,7 @@ class Scanner:
                 entry = swept[second]
                 self._forget(second)  # everything in it is claimed
                 if entry is not None:
-                    await self._release(_Held(entry))
+                    await self._release(Held(entry))
             elif not held.jobs and held.sweep is None:
                 await self._release(held)
 
@@ -462,10 +435,10 @@ class Scanner:
 
     async def _open_backlog_second(self, entry: SecondEntry) -> None:
         pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
-        self._backlog = _BacklogSecond(entry, sorted(due for _, due in pending))
+        self._backlog = BacklogSecond(entry, sorted(due for _, due in pending))
         self._backlog_from_s = entry.second
 
-    async def _close_backlog_second(self, current: _BacklogSecond) -> None:
+    async def _close_backlog_second(self, current: BacklogSecond) -> None:
         second = current.entry.second
         if await self._dispatch.release_second(current.entry, self._require_term().fence):
             self._backlog = None
@@ -491,10 +464,14 @@ class Scanner:
         if pointer == self._saved_pointer:
             return
         term = self._require_term()
-        if await self._pointers.save_pointer(POINTER_NAME, pointer, term.fence):
+        if await self._pointers.save_pointers(self._pointer_names(term), pointer, term.fence):
             self._saved_pointer = pointer
         else:
             raise LeaseLost("a daemon with a higher fence saved the pointer")
+
+    @staticmethod
+    def _pointer_names(term: Term) -> list[str]:
+        return [pointer_name(p) for p in sorted(term.partitions)]
 
     # -- when to run again ------------------------------------------------------------------------
     def _next_wake_ms(self, now: int) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from daemon.lease import LeaseKeeper, Term
+from daemon.lease import Lead, Term, narrowed
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.store.ports.dispatch import DispatchPort
@@ -36,7 +36,7 @@ class OverdueSweeper:
     def __init__(
         self,
         dispatch: DispatchPort,
-        lease: LeaseKeeper,
+        lease: Lead,
         clock: Clock,
         metrics: Metrics,
         *,
@@ -65,6 +65,8 @@ class OverdueSweeper:
     async def maybe_run(self) -> int:
         """Sweep if one is due (always once per new term); the seconds restored."""
         term = self._lease.current()
+        if narrowed(self._term, term):
+            self._term = term  # partitions handed back: not a takeover
         if term != self._term:
             self._term, self._next_ms = term, 0
         now = self._clock.now_ms()

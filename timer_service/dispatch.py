@@ -21,6 +21,21 @@ class SecondEntry:
 
     second: int
     version: str
+    # One (partition, version) per partition with an entry in this second, when the
+    # caller owns several (timer_service/partitions.py); empty: partition 0 only.
+    parts: tuple[tuple[int, str], ...] = ()
+
+    @classmethod
+    def merged(cls, second: int, parts: list[tuple[int, str]]) -> SecondEntry:
+        """The entries of one second across partitions, as one: its version changes
+        whenever any of them does."""
+        parts = sorted(parts)
+        if parts == [(0, parts[0][1])]:
+            return cls(second, parts[0][1])
+        return cls(second, ";".join(f"{p}:{v}" for p, v in parts), tuple(parts))
+
+    def partition_versions(self) -> tuple[tuple[int, str], ...]:
+        return self.parts or ((0, self.version),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +101,16 @@ class BrokerBeat:
     broker_id: str
     expires_at: int
     held: tuple[HeldBiz, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """One lease as stored: who holds it under which fence, until when (epoch ms)."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: int
 
 
 def new_send_token(broker_id: str) -> str:

@@ -148,7 +148,14 @@ class Metrics:
             "timer_scan_lag_seconds", "Now minus the daemon's time pointer", registry=r
         )
         self._leader = Gauge(
-            "timer_daemon_leader", "1 while this daemon holds the lease", registry=r
+            "timer_daemon_leader",
+            "1 while this daemon holds the lease of at least one partition",
+            registry=r,
+        )
+        self._partitions_owned = Gauge(
+            "timer_daemon_partitions_owned",
+            "Partitions whose lease this daemon holds",
+            registry=r,
         )
         self._rate_limited = Counter(
             "timer_rate_limited",
@@ -213,6 +220,9 @@ class Metrics:
 
     def scan_lag(self, seconds: float) -> None:
         self._scan_lag.set(max(0.0, seconds))
+
+    def partitions_owned(self, count: int) -> None:
+        self._partitions_owned.set(count)
 
     def leader(self, is_leader: bool) -> None:
         previous = self._leader._value.get()  # type: ignore[attr-defined]

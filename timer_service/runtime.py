@@ -11,7 +11,12 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from timer_service.errors import LayoutMismatch
+
 log = logging.getLogger(__name__)
+
+
+LAYOUT_MISMATCH_EXIT = 3
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
@@ -29,6 +34,10 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
         asyncio.run(runner())
     except KeyboardInterrupt:
         pass
+    except LayoutMismatch as exc:
+        # A configuration error: one line that says what to change, and a failed exit.
+        print(f"timer-service: refusing to start: {exc}", file=sys.stderr, flush=True)
+        return LAYOUT_MISMATCH_EXIT
     return 0
 
 

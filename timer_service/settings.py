@@ -8,6 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from timer_service.callback_targets import TargetPolicy, parse_cidrs
 from timer_service.constants import DEFAULT_BUCKETS
+from timer_service.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS
 
 PRODUCTION_MONGO_URL = "mongodb://127.0.0.1:27017"
 PRODUCTION_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -77,6 +78,8 @@ class Settings(BaseSettings):
 
     # Implementation settings (documented in the README).
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=1, le=3600)
+    # Fixed when the store is first initialised (docs/operations.md, "Partitions").
+    partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1, le=MAX_PARTITIONS)
     lookahead_ms: int = Field(default=5000, ge=1000)  # how far ahead the daemon loads seconds
     claim_ahead_ms: int = Field(default=1000, ge=0, le=1500)  # claim + publish this much before due
     catchup_rate_per_s: int = Field(default=5000, ge=1)  # bound on backlog dispatch after downtime

@@ -18,6 +18,7 @@ def mongo_store(settings: Settings, url: str | None = None) -> Store:
         url or settings.mongo_url_or_default(),
         settings.mongo_db,
         buckets=settings.buckets,
+        partitions=settings.partitions,
         retention_ms=settings.retention_ms,
     )
 

@@ -18,11 +18,17 @@ from timer_service.store.memory.state import MemoryState
 
 class MemoryStore:
     def __init__(
-        self, buckets: int = 60, retention_ms: int = 30 * 86_400_000, clock: Clock | None = None
+        self,
+        buckets: int = 60,
+        retention_ms: int = 30 * 86_400_000,
+        clock: Clock | None = None,
+        partitions: int = 1,
+        state: MemoryState | None = None,
     ) -> None:
         self.buckets = buckets
         self.retention_ms = retention_ms
-        self.state = MemoryState(buckets, clock=clock)
+        self.partitions = partitions
+        self.state = state or MemoryState(buckets, partitions, clock=clock)
         self.biz_types = MemoryBizTypes(self.state)
         self.jobs = MemoryJobs(self.state)
         self.dispatch = MemoryDispatch(self.state)
@@ -30,6 +36,13 @@ class MemoryStore:
         self.outcomes = MemoryOutcomes(self.state)
         self.console = MemoryConsole(self.state)
         self.audit = MemoryAudit(retention_ms)
+
+    def sibling(self) -> MemoryStore:
+        """Another process's adapter over the same data: its own dispatch scope
+        (`DispatchPort.own`), as each daemon process has."""
+        return MemoryStore(
+            self.buckets, self.retention_ms, partitions=self.partitions, state=self.state
+        )
 
     @property
     def closed(self) -> bool:

@@ -10,30 +10,50 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry, sender_of
 from timer_service.model import Job, JobState
+from timer_service.partitions import partition_of_slot, second_of_slot, slot
 from timer_service.store.memory.state import MemoryState
 
 
 class MemoryDispatch:
     def __init__(self, state: MemoryState) -> None:
         self._s = state
+        self._owned: frozenset[int] | None = None  # None: every partition
+
+    def own(self, partitions: Collection[int] | None) -> None:
+        self._owned = None if partitions is None else frozenset(partitions)
+
+    def _partitions(self) -> list[int]:
+        if self._owned is None:
+            return list(range(self._s.partitions))
+        return sorted(self._owned)
+
+    def _mine(self, key: str) -> bool:
+        return self._owned is None or self._s.partition(key) in self._owned
 
     async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
-        seconds = self._s.sorted_seconds
-        i = bisect.bisect_left(seconds, from_s)
-        out = []
-        for s in seconds[i : i + limit]:
-            if s > to_s:
-                break
-            out.append(SecondEntry(s, self._s.versions[s]))
-        return out
+        slots = self._s.sorted_seconds
+        found: dict[int, list[tuple[int, str]]] = {}
+        for p in self._partitions():
+            i = bisect.bisect_left(slots, slot(p, from_s))
+            for at in slots[i : i + limit]:
+                if at > slot(p, to_s):
+                    break
+                found.setdefault(second_of_slot(at), []).append((p, self._s.versions[at]))
+        return [SecondEntry.merged(s, found[s]) for s in sorted(found)[:limit]]
 
     async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
-        if second in self._s.versions:
-            self._s.stamps[second] = max(fence, self._s.stamps.get(second, 0))
+        for p in self._partitions():
+            at = slot(p, second)
+            if at in self._s.versions:
+                self._s.stamps[at] = max(fence, self._s.stamps.get(at, 0))
         out = []
         for key in self._s.jobs_in_second.get(second, ()):
             job = self._s.jobs[key]
-            if job.state == JobState.PENDING and job.next_attempt_at is not None:
+            if (
+                job.state == JobState.PENDING
+                and job.next_attempt_at is not None
+                and self._mine(key)
+            ):
                 out.append((key, job.next_attempt_at))
         return out
 
@@ -44,7 +64,7 @@ class MemoryDispatch:
         claimed = []
         for key in list(self._s.jobs_in_second.get(second, ())):
             job = self._s.jobs[key]
-            if machine.claimable(job, upto_ms, fence):
+            if self._mine(key) and machine.claimable(job, upto_ms, fence):
                 changed = self._s.apply(job, change)
                 if changed is not None:
                     claimed.append(machine.claimed(changed, second))
@@ -73,38 +93,54 @@ class MemoryDispatch:
             job = self._s.jobs[key]
             if job.claim in old and job.sending is None:
                 named.add(job.claim)
-                out.append(job)
+                if self._mine(key):
+                    out.append(job)
         for claim in old - named:
             del self._s.rounds[claim]
         out.sort(key=lambda j: j.claimed_at or 0)
         return out[:limit]
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
-        version = self._s.versions.get(entry.second)
-        if version is None:
-            return True
-        if version != entry.version or self._s.stamps.get(entry.second, 0) > fence:
-            return False
-        del self._s.versions[entry.second]
-        self._s.stamps.pop(entry.second, None)
-        i = bisect.bisect_left(self._s.sorted_seconds, entry.second)
-        del self._s.sorted_seconds[i]
-        return True
+        released = True
+        owned = self._partitions()
+        for p, v in entry.partition_versions():
+            if p not in owned:
+                continue  # another daemon's to release
+            at = slot(p, entry.second)
+            version = self._s.versions.get(at)
+            if version is None:
+                continue
+            if version != v or self._s.stamps.get(at, 0) > fence:
+                released = False
+                continue
+            del self._s.versions[at]
+            self._s.stamps.pop(at, None)
+            i = bisect.bisect_left(self._s.sorted_seconds, at)
+            del self._s.sorted_seconds[i]
+        return released
 
-    async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
-        overdue = sorted(
-            (job.next_attempt_at, self._s.second_of_job[key])
+    def _overdue(self, before_ms: int) -> list[tuple[int, str]]:
+        return sorted(
+            (job.next_attempt_at, key)
             for key, job in self._s.jobs.items()
             if job.state == JobState.PENDING
             and job.next_attempt_at is not None
             and job.next_attempt_at < before_ms
+            and self._mine(key)
         )
-        return sorted({second for _, second in overdue[:limit]})
+
+    async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
+        overdue = self._overdue(before_ms)
+        return sorted({self._s.second_of_job[key] for _, key in overdue[:limit]})
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
-        for second in sorted(seconds):
-            if second not in self._s.versions:
-                self._s.bump(second)
+        wanted = set(seconds)
+        for second in sorted(wanted):
+            for key in self._s.jobs_in_second.get(second, ()):
+                job = self._s.jobs[key]
+                at = self._s.slot(key, second)
+                if job.state == JobState.PENDING and self._mine(key) and at not in self._s.versions:
+                    self._s.bump(at)
 
     async def find_stale_dispatched(
         self,
@@ -120,7 +156,8 @@ class MemoryDispatch:
             job = self._s.jobs[key]
             before = min(claimed_before_ms, bounds.get(job.biz_type, claimed_before_ms))
             if (
-                job.claimed_at is not None
+                self._mine(key)
+                and job.claimed_at is not None
                 and job.claimed_at < before
                 and not (unmarked_only and job.sending is not None)
             ):
@@ -133,7 +170,7 @@ class MemoryDispatch:
         out = []
         for key in self._s.dispatched:
             job = self._s.jobs[key]
-            if job.sending is not None and sender_of(job.sending) in wanted:
+            if job.sending is not None and sender_of(job.sending) in wanted and self._mine(key):
                 out.append(job)
         out.sort(key=lambda j: j.claimed_at or 0)
         return out[:limit]
@@ -161,6 +198,9 @@ class MemoryDispatch:
         jobs = self._s.jobs.values()
         return dict(Counter((j.biz_type, j.state) for j in jobs if j.state in wanted))
 
+    def _owns_slot(self, at: int) -> bool:
+        return self._owned is None or partition_of_slot(at) in self._owned
+
     async def watch_seconds(  # type: ignore[override]
         self, stop: asyncio.Event | None = None
     ) -> AsyncIterator[int]:
@@ -174,7 +214,9 @@ class MemoryDispatch:
         try:
             while not stopping.done():
                 if not queue.empty():
-                    yield queue.get_nowait()
+                    at = queue.get_nowait()
+                    if self._owns_slot(at):
+                        yield second_of_slot(at)
                     continue
                 arrived = asyncio.ensure_future(queue.get())
                 try:
@@ -183,7 +225,9 @@ class MemoryDispatch:
                     if not arrived.done():
                         arrived.cancel()  # the event, if any, stays queued
                 if arrived.done() and not arrived.cancelled():
-                    yield arrived.result()
+                    at = arrived.result()
+                    if self._owns_slot(at):
+                        yield second_of_slot(at)
         finally:
             stopping.cancel()
             self._s.watchers.remove(queue)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from timer_service.dispatch import BrokerBeat, HeldBiz
+from timer_service.dispatch import BrokerBeat, HeldBiz, LeaseState
 from timer_service.store.memory.state import Lease, MemoryState
 
 
@@ -47,6 +47,53 @@ class MemoryLeases:
             return False
         self._s.pointers[name] = (second, fence)
         return True
+
+    async def next_fence(self, above: int) -> int:
+        self._s.fence_counter = max(self._s.fence_counter, above) + 1
+        return self._s.fence_counter
+
+    async def acquire_leases(
+        self, names: Sequence[str], holder: str, token: int, ttl_ms: int, now_ms: int
+    ) -> list[str]:
+        taken = []
+        for name in names:
+            lease = self._s.leases.get(name)
+            if lease is not None and (
+                lease.token > token or (lease.holder != holder and lease.expires_at >= now_ms)
+            ):
+                continue
+            self._s.leases[name] = Lease(holder, token, now_ms + ttl_ms)
+            taken.append(name)
+        return taken
+
+    async def renew_leases(
+        self, names: Sequence[str], holder: str, token: int, ttl_ms: int, now_ms: int
+    ) -> list[str]:
+        held = []
+        for name in names:
+            lease = self._s.leases.get(name)
+            if lease is not None and lease.holder == holder and lease.token == token:
+                lease.expires_at = now_ms + ttl_ms
+                held.append(name)
+        return held
+
+    async def release_leases(self, names: Sequence[str], holder: str, token: int) -> None:
+        for name in names:
+            await self.release_lease(name, holder, token)
+
+    async def list_leases(self, prefix: str) -> list[LeaseState]:
+        return [
+            LeaseState(name, lease.holder, lease.token, lease.expires_at)
+            for name, lease in sorted(self._s.leases.items())
+            if name.startswith(prefix)
+        ]
+
+    async def load_pointers(self, names: Sequence[str]) -> dict[str, int]:
+        return {n: self._s.pointers[n][0] for n in names if n in self._s.pointers}
+
+    async def save_pointers(self, names: Sequence[str], second: int, fence: int) -> bool:
+        saved = [await self.save_pointer(name, second, fence) for name in names]
+        return all(saved)
 
     async def broker_heartbeat(
         self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int

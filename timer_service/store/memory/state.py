@@ -14,6 +14,7 @@ from timer_service.clock import Clock
 from timer_service.dispatch import BrokerBeat
 from timer_service.jobs import Change
 from timer_service.model import BizType, Job, JobState, job_key
+from timer_service.partitions import partition_of, slot
 
 
 @dataclass(slots=True)
@@ -26,18 +27,21 @@ class Lease:
 @dataclass(slots=True)
 class MemoryState:
     buckets: int
+    partitions: int = 1
     jobs: dict[str, Job] = field(default_factory=dict)
     second_of_job: dict[str, int] = field(default_factory=dict)
     jobs_in_second: dict[int, dict[str, None]] = field(default_factory=dict)
-    versions: dict[int, str] = field(default_factory=dict)  # the non-empty seconds index
-    stamps: dict[int, int] = field(default_factory=dict)  # fence that last loaded a second
+    # The non-empty seconds index, by slot (partition and second, timer_service/partitions.py).
+    versions: dict[int, str] = field(default_factory=dict)
+    stamps: dict[int, int] = field(default_factory=dict)  # fence that last loaded a slot
     writes: int = 0  # makes every entry version unique
-    sorted_seconds: list[int] = field(default_factory=list)
+    sorted_seconds: list[int] = field(default_factory=list)  # the slots of `versions`
     dispatched: dict[str, None] = field(default_factory=dict)
     rounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # open: (opened at, fence)
     biz: dict[str, BizType] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    fence_counter: int = 0
     brokers: dict[str, BrokerBeat] = field(default_factory=dict)
     # The store's own clock, which writes report back (a test may skew it against the
     # callers'); None: a caller's clock stands in for it.
@@ -80,12 +84,19 @@ class MemoryState:
         self.set(job)
         self.second_of_job[key] = second
         self.jobs_in_second.setdefault(second, {})[key] = None
-        self.bump(second)
+        self.bump(self.slot(key, second))
 
-    def bump(self, second: int) -> None:
-        if second not in self.versions:
-            bisect.insort(self.sorted_seconds, second)
+    def partition(self, key: str) -> int:
+        return partition_of(key, self.partitions)
+
+    def slot(self, key: str, second: int) -> int:
+        return slot(self.partition(key), second)
+
+    def bump(self, at: int) -> None:
+        """Renew the index entry of slot `at` (creating it)."""
+        if at not in self.versions:
+            bisect.insort(self.sorted_seconds, at)
         self.writes += 1
-        self.versions[second] = f"{self.writes:016x}"
+        self.versions[at] = f"{self.writes:016x}"
         for queue in self.watchers:
-            queue.put_nowait(second)
+            queue.put_nowait(at)

@@ -85,6 +85,7 @@ class MongoStore:
         *,
         buckets: int = 60,
         retention_ms: int = 30 * 86_400_000,
+        partitions: int = 1,
         client: AsyncMongoClient[Doc] | None = None,
         leases_client: AsyncMongoClient[Doc] | None = None,
     ) -> None:
@@ -100,18 +101,23 @@ class MongoStore:
             **hot_path_writes(url),
         )
         self._leases_client: AsyncMongoClient[Doc] = leases_client or lease_client(url)
-        self.layout = Layout(self._client, db_name, buckets, retention_ms)
+        self.partitions = partitions
+        self.layout = Layout(self._client, db_name, buckets, retention_ms, partitions=partitions)
         # The API's ports write with the acknowledged-means-durable concern.
         durable = durable_writes(url)
         concern = WriteConcern(w=durable.get("w"), j=durable.get("journal"))
-        acknowledged = Layout(self._client, db_name, buckets, retention_ms, concern)
+        acknowledged = Layout(
+            self._client, db_name, buckets, retention_ms, concern, partitions=partitions
+        )
         self.biz_types = translated(MongoBizTypes(acknowledged))
         mover = Mover(acknowledged)  # one per process: it runs one transaction at a time
         self.jobs = translated(MongoJobs(acknowledged, mover))
         self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
         self.audit = translated(MongoAudit(acknowledged))
         self.dispatch = translated(MongoDispatch(self.layout))
-        leases_layout = Layout(self._leases_client, db_name, buckets, retention_ms)
+        leases_layout = Layout(
+            self._leases_client, db_name, buckets, retention_ms, partitions=partitions
+        )
         self.leases = translated(MongoLeases(leases_layout))
         self.outcomes = translated(MongoOutcomes(self.layout, Mover(self.layout)))
 

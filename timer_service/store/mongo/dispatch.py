@@ -11,12 +11,19 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 from bson import ObjectId
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING, DeleteOne, UpdateOne
 from pymongo.errors import OperationFailure
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.model import Job, JobState, second_of
+from timer_service.partitions import (
+    is_all,
+    partition_of_slot,
+    second_of_slot,
+    slot,
+    with_legacy,
+)
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
     LOCATOR_SLACK_MS,
@@ -39,19 +46,46 @@ class MongoDispatch:
         # so the events in between are not lost (only a token the oplog no longer
         # holds is dropped, and the daemon's safety poll covers that gap).
         self._resume_token: Any = None
+        self._owned: list[int] | None = None  # None: every partition, no filter
+
+    def own(self, partitions: Collection[int] | None) -> None:
+        """Scope every later call to these partitions (the daemon's leases)."""
+        owned = None if partitions is None else sorted(partitions)
+        self._owned = None if is_all(owned, self._l.partitions) else owned
+
+    def _partitions(self) -> list[int]:
+        return list(range(self._l.partitions)) if self._owned is None else self._owned
+
+    def _scoped(self, query: Doc) -> Doc:
+        """`query` limited to the owned partitions (a job without the field: 0)."""
+        if self._owned is None:
+            return query
+        return {**query, "partition": {"$in": with_legacy(self._owned)}}
 
     async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
-        docs = (
-            await self._l.seconds.find({"_id": {"$gte": from_s, "$lte": to_s}})
-            .sort("_id", ASCENDING)
-            .limit(limit)
-            .to_list(None)
+        # One ordered range per partition (the slot keeps a partition's seconds
+        # together), read side by side; merged per second.
+        found = await asyncio.gather(
+            *(
+                self._l.seconds.find({"_id": {"$gte": slot(p, from_s), "$lte": slot(p, to_s)}})
+                .sort("_id", ASCENDING)
+                .limit(limit)
+                .to_list(None)
+                for p in self._partitions()
+            )
         )
-        return [SecondEntry(d["_id"], str(d["v"])) for d in docs]
+        by_second: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for docs in found:
+            for d in docs:
+                at = int(d["_id"])
+                by_second[second_of_slot(at)].append((partition_of_slot(at), str(d["v"])))
+        return [SecondEntry.merged(s, by_second[s]) for s in sorted(by_second)[:limit]]
 
     async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
-        await self._l.seconds.update_one({"_id": second}, {"$max": {"f": fence}})
-        pending = {"second": second, "state": JobState.PENDING.value}
+        slots = [slot(p, second) for p in self._partitions()]
+        stamp = {"_id": slots[0] if len(slots) == 1 else {"$in": slots}}
+        await self._l.seconds.update_many(stamp, {"$max": {"f": fence}})
+        pending = self._scoped({"second": second, "state": JobState.PENDING.value})
         docs = await self._l.bucket(second).find(pending, {"next_attempt_at": 1}).to_list(None)
         return [(d["_id"], d["next_attempt_at"]) for d in docs]
 
@@ -61,12 +95,14 @@ class MongoDispatch:
         change = machine.claim(claim, fence, now_ms)
         coll = self._l.bucket(second)
         # `jobs.claimable` as a query: the guard's state, due by upto_ms, fence not higher.
-        query = {
-            "second": second,
-            **guard_filter(change.guard),
-            "next_attempt_at": {"$lte": upto_ms},
-            "fence": {"$lte": fence},
-        }
+        query = self._scoped(
+            {
+                "second": second,
+                **guard_filter(change.guard),
+                "next_attempt_at": {"$lte": upto_ms},
+                "fence": {"$lte": fence},
+            }
+        )
         result = await coll.update_many(query, change_update(change))
         if result.modified_count == 0:
             return []
@@ -101,7 +137,10 @@ class MongoDispatch:
         }
         found = await asyncio.gather(
             *(
-                c.find(jobs_query).sort("claimed_at", ASCENDING).limit(limit).to_list(None)
+                c.find(self._scoped(jobs_query))
+                .sort("claimed_at", ASCENDING)
+                .limit(limit)
+                .to_list(None)
                 for c in self._l.buckets
             )
         )
@@ -109,21 +148,47 @@ class MongoDispatch:
         named = {job.claim for job in jobs}
         complete = all(len(docs) < limit for docs in found)  # else a round may be unread
         if complete and (done := [c for c in claims if c not in named]):
-            await self._l.rounds.delete_many({"_id": {"$in": done}})
+            if self._owned is not None:
+                # A round may name jobs of partitions another daemon owns: it is done
+                # only when it names none at all.
+                done = [c for c in done if c not in await self._claims_named(done, jobs_query)]
+            if done:
+                await self._l.rounds.delete_many({"_id": {"$in": done}})
         jobs.sort(key=lambda j: j.claimed_at or 0)
         return jobs[:limit]
 
-    async def release_second(self, entry: SecondEntry, fence: int) -> bool:
-        result = await self._l.seconds.delete_one(
-            {"_id": entry.second, "v": entry.version, "f": {"$not": {"$gt": fence}}}
+    async def _claims_named(self, claims: list[str], jobs_query: Doc) -> set[str]:
+        query = {**jobs_query, "claim": {"$in": claims}}
+        found = await asyncio.gather(
+            *(c.find(query, {"claim": 1}).to_list(None) for c in self._l.buckets)
         )
-        if result.deleted_count == 1:
+        return {d["claim"] for docs in found for d in docs}
+
+    async def release_second(self, entry: SecondEntry, fence: int) -> bool:
+        owned = self._partitions()
+        parts = [(p, v) for p, v in entry.partition_versions() if p in owned]
+        if not parts:
             return True
-        return await self._l.seconds.find_one({"_id": entry.second}, {"_id": 1}) is None
+        unchanged = [
+            {"_id": slot(p, entry.second), "v": v, "f": {"$not": {"$gt": fence}}} for p, v in parts
+        ]
+        if len(unchanged) == 1:
+            deleted = (await self._l.seconds.delete_one(unchanged[0])).deleted_count
+        else:
+            result = await self._l.seconds.bulk_write(
+                [DeleteOne(q) for q in unchanged], ordered=False
+            )
+            deleted = result.deleted_count
+        if deleted == len(parts):
+            return True
+        slots = [slot(p, entry.second) for p, _ in parts]
+        return await self._l.seconds.find_one({"_id": {"$in": slots}}, {"_id": 1}) is None
 
     async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
         # Served by the (state, next_attempt_at) index of every bucket: normally empty.
-        query = {"state": JobState.PENDING.value, "next_attempt_at": {"$lt": before_ms}}
+        query = self._scoped(
+            {"state": JobState.PENDING.value, "next_attempt_at": {"$lt": before_ms}}
+        )
         found = await asyncio.gather(
             *(
                 c.find(query, {"second": 1, "next_attempt_at": 1})
@@ -137,9 +202,21 @@ class MongoDispatch:
         return sorted({d["second"] for d in docs[:limit]})
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
+        slots: set[int] = set()
+        if self._l.partitions == 1:
+            slots.update(seconds)
+        elif seconds:
+            # The partitions of each second that hold pending jobs (a rare repair).
+            pending = self._scoped(
+                {"second": {"$in": sorted(seconds)}, "state": JobState.PENDING.value}
+            )
+            found = await asyncio.gather(
+                *(c.find(pending, {"second": 1}).to_list(None) for c in self._l.buckets)
+            )
+            slots.update(self._l.slot(d["_id"], d["second"]) for docs in found for d in docs)
         ops = [
             UpdateOne({"_id": s}, {"$setOnInsert": {"v": str(ObjectId())}}, upsert=True)
-            for s in sorted(seconds)
+            for s in sorted(slots)
         ]
         if ops:
             await self._l.seconds.bulk_write(ops, ordered=False)
@@ -168,7 +245,7 @@ class MongoDispatch:
             query["claimed_at"] = {"$lt": claimed_before_ms}
         if unmarked_only:
             query["sending"] = None
-        return await self._oldest_claims_first(query, limit)
+        return await self._oldest_claims_first(self._scoped(query), limit)
 
     async def find_sent_by(self, broker_ids: Collection[str], limit: int) -> list[Job]:
         if not broker_ids:
@@ -176,7 +253,7 @@ class MongoDispatch:
         # A send mark is "<broker id>/<random>" (dispatch.new_send_token).
         marks = "|".join(re.escape(b) for b in sorted(broker_ids))
         query = {"state": JobState.DISPATCHED.value, "sending": {"$regex": f"^(?:{marks})/"}}
-        return await self._oldest_claims_first(query, limit)
+        return await self._oldest_claims_first(self._scoped(query), limit)
 
     async def _oldest_claims_first(self, query: Doc, limit: int) -> list[Job]:
         found = await asyncio.gather(
@@ -193,7 +270,9 @@ class MongoDispatch:
         # Jobs still waiting half the slack after they were set to fire: served by each
         # bucket's (state, next_attempt_at) index, normally an empty range.
         live = [JobState.PENDING.value, JobState.DISPATCHED.value]
-        query = {"state": {"$in": live}, "next_attempt_at": {"$lt": now_ms - LOCATOR_SLACK_MS // 2}}
+        query = self._scoped(
+            {"state": {"$in": live}, "next_attempt_at": {"$lt": now_ms - LOCATOR_SLACK_MS // 2}}
+        )
         found = await asyncio.gather(
             *(c.find(query, {"_id": 1}).limit(limit).to_list(None) for c in self._l.buckets)
         )
@@ -276,4 +355,8 @@ class MongoDispatch:
                 change = await stream.try_next()
                 self._resume_token = stream.resume_token
                 if change is not None:
-                    yield change["documentKey"]["_id"]
+                    at = int(change["documentKey"]["_id"])
+                    # One stream for every partition (a stream per partition would cost
+                    # the store work on every write, P times): others' are passed over.
+                    if self._owned is None or partition_of_slot(at) in self._owned:
+                        yield second_of_slot(at)

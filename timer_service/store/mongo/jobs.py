@@ -69,16 +69,16 @@ class MongoJobs:
     async def _write_new_jobs(self, jobs: Iterable[Job]) -> None:
         """Insert job documents by bucket, then bump their seconds (in that order)."""
         by_bucket: dict[int, list[Doc]] = defaultdict(list)
-        seconds: set[int] = set()
+        slots: set[int] = set()
         for job in jobs:
             assert job.next_attempt_at is not None
             s = second_of(job.next_attempt_at)
-            by_bucket[self._l.bucket_no(s)].append(job_to_doc(job, s))
-            seconds.add(s)
+            by_bucket[self._l.bucket_no(s)].append(job_to_doc(job, s, self._l.partition(job.key)))
+            slots.add(self._l.slot(job.key, s))
         await asyncio.gather(
             *(insert_ignoring_duplicates(self._l.buckets[b], docs) for b, docs in by_bucket.items())
         )
-        await self._l.bump(seconds)
+        await self._l.bump(slots)
 
     async def _existing_results(
         self, news: dict[str, NewJob], now_ms: int
@@ -97,7 +97,7 @@ class MongoJobs:
                 if status == CreateStatus.EXISTS and job.state == JobState.PENDING:
                     # The first create may have died before renewing the entry: a
                     # client's retry makes sure the job is indexed.
-                    renew.add(docs[key]["second"])
+                    renew.add(self._l.slot(key, docs[key]["second"]))
             else:
                 # A locator without its job: its creator is mid-flight or died, or the
                 # job's retention ended (the locator outlives it by a day; a job that

@@ -5,9 +5,11 @@
   everything due in one second is one index range in one small collection.
 - ``locator``: ``_id = "<biz_type>/<job_id>"`` -> bucket and second. Its unique
   ``_id`` is what makes create idempotent and lookups O(1).
-- ``seconds``: ``_id = second``, ``v = version``: the ordered index of non-empty
-  seconds. Every write into a second bumps ``v`` after writing the job; the
-  daemon deletes an entry only with the version it read before loading it.
+- ``seconds``: ``_id = slot``, ``v = version``: the ordered index of non-empty
+  seconds, one entry per (partition, second) (timer_service/partitions.py: the
+  slot of partition 0 is the second itself). Every write into a second bumps
+  ``v`` after writing the job; the daemon deletes an entry only with the
+  version it read before loading it.
 - Final jobs get ``expire_at`` and a TTL index removes them after the retention
   period. A locator's ``expire_at`` is set whenever the locator is written
   anyway (create, move), far enough past its job's next fire time that the job
@@ -42,6 +44,7 @@ from timer_service.constants import (
 )
 from timer_service.jobs import Change, Guard, payload_fingerprint
 from timer_service.model import Attempt, Job, JobState, Labels, labels_of, second_of
+from timer_service.partitions import partition_of, slot
 from timer_service.tracecontext import TraceContext
 
 Doc = dict[str, Any]
@@ -67,9 +70,11 @@ class Layout:
         buckets: int,
         retention_ms: int,
         write_concern: WriteConcern | None = None,
+        partitions: int = 1,
     ) -> None:
         self.client = client
         self.buckets_n = buckets
+        self.partitions = partitions
         self.retention_ms = retention_ms
         self.db: AsyncDatabase[Doc] = client.get_database(db_name, write_concern=write_concern)
         self.locator = self.db[LOCATOR_COLLECTION]
@@ -86,6 +91,13 @@ class Layout:
 
     def bucket_no(self, second: int) -> int:
         return second % self.buckets_n
+
+    def partition(self, key: str) -> int:
+        return partition_of(key, self.partitions)
+
+    def slot(self, key: str, second: int) -> int:
+        """The seconds-index key of a job's second (timer_service/partitions.py)."""
+        return slot(self.partition(key), second)
 
     def expire_at(self, now_ms: int) -> datetime:
         """When a job that ends now is removed by the TTL index: a retention after the
@@ -129,13 +141,14 @@ class Layout:
             {"$set": {"expire_at": self.locator_expire_at(keep_until_ms or ends_ms)}},
         )
 
-    async def bump(self, seconds: Iterable[int], session: Any = None) -> None:
-        """Renew the entries of these seconds (creating them): after the jobs are written.
+    async def bump(self, slots: Iterable[int], session: Any = None) -> None:
+        """Renew the entries of these slots, (partition, second) each (creating them):
+        after the jobs are written.
         Each write gets a version no earlier write had (an ObjectId: unique across
         processes), so a release with a version read before can only miss."""
         ops = [
             UpdateOne({"_id": s}, {"$set": {"v": str(ObjectId())}}, upsert=True)
-            for s in sorted(seconds)
+            for s in sorted(slots)
         ]
         if ops:
             await self.seconds.bulk_write(ops, ordered=False, session=session)
@@ -158,9 +171,10 @@ async def insert_ignoring_duplicates(coll: Collection, docs: list[Doc]) -> set[s
 # --------------------------------------------------------------------------- documents
 
 
-def job_to_doc(job: Job, second: int) -> Doc:
+def job_to_doc(job: Job, second: int, partition: int = 0) -> Doc:
     return {
         "_id": job.key,
+        "partition": partition,
         "biz_type": job.biz_type,
         "job_id": job.job_id,
         "second": second,

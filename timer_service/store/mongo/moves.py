@@ -67,7 +67,8 @@ class Mover:
         # Across buckets the transaction renews the seconds' entries with the move;
         # in place it comes after (a crash in between is what the overdue sweep finds).
         if in_place:
-            await layout.bump({next_second_of(m.job) for ms in in_place.values() for m in ms})
+            moved_in_place = [m.job for ms in in_place.values() for m in ms]
+            await layout.bump({layout.slot(j.key, next_second_of(j)) for j in moved_in_place})
         if across:
             moved.extend(await self._move_across(across))
         return moved
@@ -75,7 +76,7 @@ class Mover:
     async def _rewrite_in_place(self, b: int, items: Sequence[Move]) -> list[str]:
         ops = []
         for m in items:
-            doc = job_to_doc(m.job, next_second_of(m.job))
+            doc = job_to_doc(m.job, next_second_of(m.job), self._l.partition(m.job.key))
             doc.pop("_id")
             ops.append(UpdateOne({"_id": m.old["_id"], **m.expect}, {"$set": doc}))
         bucket = self._l.buckets[b]
@@ -151,7 +152,9 @@ class Mover:
             matching = {"_id": {"$in": keys}, **moves[0].expect}
         else:
             matching = {"$or": [{"_id": m.old["_id"], **m.expect} for m in moves]}
-        docs = [job_to_doc(m.job, next_second_of(m.job)) for m in moves]
+        docs = [
+            job_to_doc(m.job, next_second_of(m.job), layout.partition(m.job.key)) for m in moves
+        ]
         new_bucket = layout.bucket(docs[0]["second"])
 
         async def move(session: Any) -> None:
@@ -160,7 +163,7 @@ class Mover:
                 raise _GroupChanged()  # with_transaction aborts, then re-raises it
             await new_bucket.insert_many(docs, session=session)
             await self._repoint(moves, session)
-            await layout.bump({d["second"] for d in docs}, session=session)
+            await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs}, session=session)
 
         try:
             async with layout.client.start_session() as session:

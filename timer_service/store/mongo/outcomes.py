@@ -88,9 +88,9 @@ class MongoOutcomes:
             )
         )
         retried = {
-            second
+            layout.slot(_key(o), second)
             for items in in_place.values()
-            for _, c in items
+            for o, c in items
             if (second := c.next_second) is not None
         }
         if retried:  # a retry is a new timer: its second must be indexed

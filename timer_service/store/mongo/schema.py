@@ -6,8 +6,9 @@ deadlocked a MongoDB-protocol server here. So the first process to take the
 setup lock creates the indexes and then writes the schema document; every
 other process waits for that document (bounded), and a later start that finds
 it at the current version touches no index at all. The schema document also
-fixes the storage layout (the bucket count): a process configured otherwise
-refuses to start instead of reading jobs from the wrong buckets.
+fixes the storage layout (the bucket count and the partition count): a process
+configured otherwise refuses to start instead of reading jobs from the wrong
+buckets or scanning the wrong partitions.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ async def ensure_schema(
     while True:
         schema = await meta.find_one({"_id": SCHEMA_ID})
         if schema is not None and schema.get("version", 0) >= SCHEMA_VERSION:
-            _check_layout(schema, layout)
+            check_layout(schema, layout.buckets_n, layout.partitions)
             return
         if await _take_lock(meta, holder):
             try:
@@ -60,7 +61,12 @@ async def ensure_schema(
                     {"_id": SCHEMA_ID},
                     {
                         "$set": {"version": SCHEMA_VERSION, "buckets": layout.buckets_n},
-                        "$setOnInsert": {"created_at_ms": _now_ms()},
+                        # A store set up before partitions existed keeps P = 1 (its
+                        # schema document has none: `stored_partitions`).
+                        "$setOnInsert": {
+                            "created_at_ms": _now_ms(),
+                            "partitions": layout.partitions,
+                        },
                     },
                     upsert=True,
                 )
@@ -73,14 +79,29 @@ async def ensure_schema(
         await asyncio.sleep(POLL_S)
 
 
-def _check_layout(schema: dict[str, object], layout: Layout) -> None:
-    buckets = schema.get("buckets", layout.buckets_n)
-    if buckets != layout.buckets_n:
+def check_layout(schema: dict[str, object], buckets: int, partitions: int) -> None:
+    """Raise LayoutMismatch unless this process's layout is the store's."""
+    stored_buckets = schema.get("buckets", buckets)
+    if stored_buckets != buckets:
         raise LayoutMismatch(
-            f"the store was initialised with TIMER_BUCKETS={buckets}; this process has "
-            f"{layout.buckets_n}. The bucket count is fixed once jobs are stored: "
-            f"start it with TIMER_BUCKETS={buckets}."
+            f"the store was initialised with TIMER_BUCKETS={stored_buckets}; this process "
+            f"has {buckets}. The bucket count is fixed once jobs are stored: "
+            f"start it with TIMER_BUCKETS={stored_buckets}."
         )
+    stored = stored_partitions(schema)
+    if stored != partitions:
+        raise LayoutMismatch(
+            f"the store was initialised with TIMER_PARTITIONS={stored}; this process has "
+            f"TIMER_PARTITIONS={partitions}. The partition count is fixed when the "
+            f"store is first initialised: start it with TIMER_PARTITIONS={stored}."
+        )
+
+
+def stored_partitions(schema: dict[str, object]) -> int:
+    """The store's partition count; one for a store set up before partitions existed
+    (its jobs have no partition field, which reads as partition 0)."""
+    value = schema.get("partitions", 1)
+    return value if isinstance(value, int) else 1
 
 
 async def _take_lock(meta: Collection, holder: str) -> bool:

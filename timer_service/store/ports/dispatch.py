@@ -1,5 +1,8 @@
 """The scan daemon's dispatch: the non-empty-seconds index, claims, the reconciler.
 
+- Every call covers the partitions the caller `own`s: the index has an entry per
+  (partition, second), and a `SecondEntry` merges those of one second.
+
 - A job lives in bucket ``second_of(next_attempt_at) % buckets``; its ``second``
   is the second it fires in next.
 - The seconds index holds one entry per non-empty second with a version that
@@ -30,6 +33,12 @@ from timer_service.model import Job, JobState
 
 
 class DispatchPort(Protocol):
+    def own(self, partitions: Collection[int] | None) -> None:
+        """Scope every later call to jobs and index entries of these partitions (None:
+        all of them). A daemon owns some partitions (timer_service/partitions.py);
+        owning all costs the same queries as a store with one."""
+        ...
+
     async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
         """Non-empty seconds in [from_s, to_s], oldest first. Never touches empty ones."""
         ...
@@ -65,7 +74,8 @@ class DispatchPort(Protocol):
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         """Delete the seconds entry if its version is unchanged and no higher fence
-        has loaded it; False if it moved on (or was taken on by a newer daemon)."""
+        has loaded it; False if it moved on (or was taken on by a newer daemon). Only
+        the owned partitions' entries of that second are touched."""
         ...
 
     async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:

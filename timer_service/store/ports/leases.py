@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from timer_service.dispatch import BrokerBeat, HeldBiz
+from timer_service.dispatch import BrokerBeat, HeldBiz, LeaseState
 
 
 class LeasesPort(Protocol):
@@ -24,6 +24,39 @@ class LeasesPort(Protocol):
 
     async def save_pointer(self, name: str, second: int, fence: int) -> bool:
         """False when a holder with a higher fence has written it."""
+        ...
+
+    # -- a set of leases under one fence (the daemon's partitions) -----------------
+    async def next_fence(self, above: int) -> int:
+        """A fencing token higher than `above` and than any this call returned before."""
+        ...
+
+    async def acquire_leases(
+        self, names: Sequence[str], holder: str, token: int, ttl_ms: int, now_ms: int
+    ) -> list[str]:
+        """Take each of these leases that is free, lapsed or the holder's own, where its
+        stored token is not above `token`, setting `token`; the names taken."""
+        ...
+
+    async def renew_leases(
+        self, names: Sequence[str], holder: str, token: int, ttl_ms: int, now_ms: int
+    ) -> list[str]:
+        """Extend those still held by `holder` under `token` (one write); their names."""
+        ...
+
+    async def release_leases(self, names: Sequence[str], holder: str, token: int) -> None: ...
+
+    async def list_leases(self, prefix: str) -> list[LeaseState]:
+        """Every lease whose name starts with `prefix`, lapsed ones included."""
+        ...
+
+    async def load_pointers(self, names: Sequence[str]) -> dict[str, int]:
+        """The saved pointers among these names (a name never saved is left out)."""
+        ...
+
+    async def save_pointers(self, names: Sequence[str], second: int, fence: int) -> bool:
+        """`save_pointer` for every name, in one write; False when any was written by a
+        holder with a higher fence."""
         ...
 
     async def broker_heartbeat(

@@ -1,0 +1,48 @@
+"""What the scanner keeps of each second, and how it is tuned (daemon/scanner.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.wheel import Timer
+from timer_service.constants import MAX_CLAIM_AHEAD_MS
+from timer_service.dispatch import SecondEntry
+from timer_service.settings import Settings
+
+
+@dataclass(slots=True)
+class Held:
+    """A loaded second: the version read before loading it, and its known pending jobs."""
+
+    entry: SecondEntry
+    jobs: dict[str, Timer[int]] = field(default_factory=dict)
+    # Set while the second changed after it was loaded: instead of re-reading it,
+    # claim rounds sweep its whole range (see `_start_sweep`).
+    sweep: list[Timer[int]] | None = None
+
+
+@dataclass(slots=True)
+class BacklogSecond:
+    entry: SecondEntry
+    due: list[int]  # next_attempt_at of its pending jobs, sorted
+    done: int = 0  # how many of `due` are claimed
+
+
+@dataclass(slots=True)
+class ScanConfig:
+    claim_ahead_ms: int
+    lookahead_ms: int
+    catchup_rate_per_s: int
+    min_wake_ms: int = 50  # claims are batched: at most one round per second per this
+    sweep_step_ms: int = 100  # a changed second is claimed in rounds this far apart
+    safety_poll_ms: int = 10_000
+    page: int = 1000
+    max_backlog_seconds_per_step: int = 200
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ScanConfig:
+        return cls(
+            claim_ahead_ms=min(settings.claim_ahead_ms, MAX_CLAIM_AHEAD_MS),
+            lookahead_ms=max(settings.lookahead_ms, settings.claim_ahead_ms + 1000),
+            catchup_rate_per_s=settings.catchup_rate_per_s,
+        )
