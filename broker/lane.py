@@ -44,10 +44,10 @@ import contextlib
 import itertools
 import logging
 import math
-from dataclasses import dataclass, field
 
 from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
+from broker.held import Held, insert_ordered, sort_key
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
@@ -55,9 +55,9 @@ from broker.skew import SkewGuard
 from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
-from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind, SendRef, new_send_token
+from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind, new_send_token
 from timer_service.metrics import Metrics
-from timer_service.model import BizType, Job, job_key
+from timer_service.model import BizType, job_key
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
 from timer_service.store.base import Store
@@ -74,43 +74,6 @@ MAX_CHECK_BATCH = 500
 MAX_CHECKS_IN_FLIGHT = 3
 MIN_OVERLAPPING_BATCH = 32
 CHECK_GIVE_UP_AFTER_S = 10.0
-
-
-@dataclass(slots=True, eq=False)
-class Held:
-    not_before: int
-    seq: int
-    delivery: Delivery
-    key: str
-    # Other messages of the same dispatch (a re-publish, or a redelivery after a
-    # reconnect whose original channel is gone): they share this one's fate, and
-    # count as dropped when acked (only this one is called back).
-    twins: list[Delivery] = field(default_factory=list)
-    job: Job | None = None  # set once its send is marked in the store
-    limited: bool = False
-    received_s: float = 0.0  # monotonic: when the lane got it (the queue's hold clock)
-    sort_key: tuple[int, int] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.sort_key = (self.not_before, self.seq)
-
-    @property
-    def deliveries(self) -> list[Delivery]:
-        return [self.delivery, *self.twins]
-
-    @property
-    def ref(self) -> SendRef:
-        c = self.delivery.job
-        return SendRef(c.biz_type, c.job_id, c.second, c.claim, self.delivery.redelivered)
-
-    def prune(self) -> bool:
-        """Keep only messages whose channel is still open (a closed one's message is
-        back in the queue, for whoever consumes it now); False when none is left."""
-        live = [d for d in self.deliveries if d.live]
-        if not live:
-            return False
-        self.delivery, self.twins = live[0], live[1:]
-        return True
 
 
 class Lane:
@@ -227,7 +190,7 @@ class Lane:
         self._items[item] = None
         self._hand_back_from(item)
         self._by_key.setdefault(key, item)
-        _insert(self._held, item)
+        insert_ordered(self._held, item)
         self._wake()
 
     # -- the loop -------------------------------------------------------------------
@@ -292,7 +255,7 @@ class Lane:
             else:
                 budget = self._check_budget(mono) - len(ready) - self._checking
                 budget = min(budget, MAX_CHECK_BATCH)
-                end = min(bisect.bisect_right(held, (horizon, math.inf), key=_sort_key), budget)
+                end = min(bisect.bisect_right(held, (horizon, math.inf), key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
                     # One message per job in a batch: the store answers by job key.
                     batch: list[Held] = []
@@ -381,7 +344,7 @@ class Lane:
             if job.next_attempt_at is not None and job.next_attempt_at > item.not_before:
                 item.not_before = job.next_attempt_at
                 item.sort_key = (item.not_before, item.seq)
-            _insert(self._ready, item)
+            insert_ordered(self._ready, item)
             self._hand_back_from(item)
 
     def _learn_check_time(self, took_ms: float) -> None:
@@ -499,11 +462,3 @@ class Lane:
         oldest = min((item.received_s for w in kept for item in w), default=math.inf)
         self._next_hand_back_s = oldest + self._max_hold_s
         return max(0.0, self._next_hand_back_s - mono)
-
-
-def _sort_key(item: Held) -> tuple[int, int] | tuple[int, float]:
-    return item.sort_key
-
-
-def _insert(items: list[Held], item: Held) -> None:
-    bisect.insort(items, item, key=_sort_key)
