@@ -33,6 +33,7 @@ class ScanConfig:
     claim_ahead_ms: int
     lookahead_ms: int
     catchup_rate_per_s: int
+    claim_batch: int = 1000  # at most this many jobs per claim round trip
     min_wake_ms: int = 50  # claims are batched: at most one round per second per this
     sweep_step_ms: int = 100  # a changed second is claimed in rounds this far apart
     safety_poll_ms: int = 10_000
@@ -45,4 +46,5 @@ class ScanConfig:
             claim_ahead_ms=min(settings.claim_ahead_ms, MAX_CLAIM_AHEAD_MS),
             lookahead_ms=max(settings.lookahead_ms, settings.claim_ahead_ms + 1000),
             catchup_rate_per_s=settings.catchup_rate_per_s,
+            claim_batch=settings.claim_batch,
         )

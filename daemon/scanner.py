@@ -340,7 +340,13 @@ class Scanner:
                     # so a write that lands after this claim makes the release miss.
                     entries = await self._dispatch.next_seconds(second, second, 1)
                     swept[second] = entries[0] if entries else None
-                claimed.extend(await self._claim(second, upto))
+                got = await self._claim(second, upto, self.config.claim_batch)
+                claimed.extend(got)
+                if len(got) >= self.config.claim_batch:
+                    # A herd: the rest is claimed next round, after the other seconds'
+                    # claims of this one (the loop runs again at once).
+                    swept.pop(second, None)
+                    continue
                 self._due_seconds.discard(second)
                 done.append(second)
         finally:
@@ -371,7 +377,7 @@ class Scanner:
             elif not held.jobs and held.sweep is None:
                 await self._release(held)
 
-    async def _claim(self, second: int, upto_ms: int) -> list[Claimed]:
+    async def _claim(self, second: int, upto_ms: int, limit: int | None = None) -> list[Claimed]:
         term = self._require_term()
         token = await self._claims.take(term.fence)
         now = self._clock.now_ms()
@@ -379,7 +385,7 @@ class Scanner:
         # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
         self.last_claim_ms = now
         claimed, _ = await asyncio.gather(
-            self._dispatch.claim_due(second, upto_ms, token, term.fence, now),
+            self._dispatch.claim_due(second, upto_ms, token, term.fence, now, limit),
             self._claims.prepare(term.fence),
         )
         return claimed
@@ -423,7 +429,7 @@ class Scanner:
             assert current is not None
             remaining = len(current.due) - current.done
             if remaining > 0:
-                take = min(int(self._tokens), remaining)
+                take = min(int(self._tokens), remaining, self.config.claim_batch)
                 upto = current.due[current.done + take - 1]
                 claimed = await self._claim(current.entry.second, upto)
                 current.done = bisect.bisect_right(current.due, upto)

@@ -84,6 +84,7 @@ class Settings(BaseSettings):
     claim_ahead_ms: int = Field(default=1000, ge=0, le=1500)  # claim + publish this much before due
     catchup_rate_per_s: int = Field(default=5000, ge=1)  # bound on backlog dispatch after downtime
     publish_batch: int = Field(default=1000, ge=1)
+    claim_batch: int = Field(default=1000, ge=1)  # at most this many jobs per claim
     broker_prefetch: int = Field(default=2000, ge=1)
     # A held message goes back to the queue (and comes straight back) before this, so
     # that RabbitMQ's consumer_timeout (30 min by default) never closes the channel.

@@ -243,6 +243,29 @@ async def test_claim_is_conditional_and_fenced(store: Store) -> None:
     assert job is not None and job.state == JobState.DISPATCHED and job.fence == 2
 
 
+async def test_a_bounded_claim_takes_the_earliest_and_leaves_the_rest(store: Store) -> None:
+    """A herd is claimed `limit` jobs per round trip, earliest first, ties by key."""
+    s = second_of(NOW + 5000)
+    same = NOW + 5100  # five jobs due in the same millisecond: the key breaks the tie
+    await create(
+        store,
+        new("late", due_at=NOW + 5900),
+        *(new(f"t{i}", due_at=same) for i in (3, 1, 4, 0, 2)),
+        new("first", due_at=NOW + 5050),
+    )
+
+    async def claim(name: str, limit: int | None) -> list[str]:
+        got = await store.dispatch.claim_due(s, NOW + 5999, name, 1, NOW, limit)
+        return sorted(c.job_id for c in got)
+
+    assert await claim("c1", 3) == ["first", "t0", "t1"]
+    assert await claim("c2", 3) == ["t2", "t3", "t4"]
+    assert await claim("c3", 3) == ["late"]  # fewer than the limit: all that is left
+    assert await claim("c4", 3) == []
+    job = await store.jobs.get_job("orders", "t3")
+    assert job is not None and job.state == JobState.DISPATCHED and job.claim == "c2"
+
+
 async def test_stale_dispatched_and_reclaim(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), new("b"))

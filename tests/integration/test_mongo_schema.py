@@ -56,3 +56,27 @@ async def test_another_bucket_count_is_refused(secantus: SecantusServer) -> None
         await first.drop_database()
         await first.close()
         await other.close()
+
+
+async def test_a_schema_3_store_gets_the_bounded_claim_index(secantus: SecantusServer) -> None:
+    """Schema 4 appends `_id` to the buckets' claim index: a store set up by schema 3 is
+    upgraded at the next start, the old index dropped (not kept beside the new one)."""
+    db = unique_name("schema")
+    store = MongoStore(secantus.url, db, buckets=2)
+    try:
+        await store.setup()
+        for bucket in store.layout.buckets:  # as schema 3 left it
+            await bucket.drop_index("second_1_state_1_next_attempt_at_1__id_1")
+            await bucket.create_index([("second", 1), ("state", 1), ("next_attempt_at", 1)])
+        await store.layout.db["meta"].update_one({"_id": "schema"}, {"$set": {"version": 3}})
+        again = MongoStore(secantus.url, db, buckets=2)
+        await again.setup()
+        await again.close()
+        for bucket in store.layout.buckets:
+            names = [ix["name"] async for ix in await bucket.list_indexes()]
+            assert "second_1_state_1_next_attempt_at_1__id_1" in names, names
+            assert "second_1_state_1_next_attempt_at_1" not in names, names
+        schema = await store.layout.db["meta"].find_one({"_id": "schema"})
+        assert schema is not None and schema["version"] == SCHEMA_VERSION == 4
+    finally:
+        await store.close()

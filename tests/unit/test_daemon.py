@@ -70,6 +70,37 @@ async def test_claims_are_batched_per_second(store: MemoryStore, clock: FakeCloc
     assert store.ops["claim_due"] <= 2 * 1000 // 50 + 4, store.ops
 
 
+async def test_a_herd_is_claimed_in_bounded_steps_with_other_seconds_between(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """450 jobs due in the same millisecond are claimed 100 per round trip
+    (TIMER_CLAIM_BATCH), and a job of the next second due just after them goes out
+    with the herd's first batch, not behind the whole herd."""
+    h = Harness(store, clock, claim_batch=100)
+    start = clock.now_ms()
+    herd_at = (second_of(start) + 3) * 1000 + 999
+    await create(store, start, *((f"h{i:03}", herd_at) for i in range(450)))
+    await create(store, start, ("other", herd_at + 1))
+    sizes: list[int] = []
+    claim_due = store.dispatch.claim_due
+
+    async def counted(*args: object) -> list[Claimed]:
+        got = await claim_due(*args)  # type: ignore[arg-type]
+        sizes.append(len(got))
+        return got
+
+    store.dispatch.claim_due = counted  # type: ignore[method-assign]
+    await run_until(herd_at + 100, h)
+
+    published = [job.job_id for _, job in h.queue.at]
+    assert sorted(published) == sorted([f"h{i:03}" for i in range(450)] + ["other"])
+    assert max(sizes) == 100, f"claims of at most 100, got {sizes}"
+    assert published.index("other") <= 200, "the other second waited for the whole herd"
+    for job_id in ("h000", "h449", "other"):
+        [at] = h.queue.times(job_id)
+        assert at <= herd_at, f"{job_id} published at {at - herd_at} ms past due"
+
+
 async def test_cancelled_job_in_the_wheel_is_never_published(
     store: MemoryStore, clock: FakeClock
 ) -> None:

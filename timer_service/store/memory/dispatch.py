@@ -58,16 +58,26 @@ class MemoryDispatch:
         return out
 
     async def claim_due(
-        self, second: int, upto_ms: int, claim: str, fence: int, now_ms: int
+        self,
+        second: int,
+        upto_ms: int,
+        claim: str,
+        fence: int,
+        now_ms: int,
+        limit: int | None = None,
     ) -> list[Claimed]:
         change = machine.claim(claim, fence, now_ms)
+        jobs = self._s.jobs
+        candidates = sorted(
+            (job.next_attempt_at or 0, key)
+            for key in self._s.jobs_in_second.get(second, ())
+            if self._mine(key) and machine.claimable(job := jobs[key], upto_ms, fence)
+        )
         claimed = []
-        for key in list(self._s.jobs_in_second.get(second, ())):
-            job = self._s.jobs[key]
-            if self._mine(key) and machine.claimable(job, upto_ms, fence):
-                changed = self._s.apply(job, change)
-                if changed is not None:
-                    claimed.append(machine.claimed(changed, second))
+        for _, key in candidates[:limit]:
+            changed = self._s.apply(jobs[key], change)
+            if changed is not None:
+                claimed.append(machine.claimed(changed, second))
         return claimed
 
     async def open_round(self, claim: str, fence: int, now_ms: int) -> None:

@@ -143,9 +143,18 @@ class MongoStore:
         await MongoAudit(layout).create_indexes()
         await layout.brokers.create_index("expires_at")
         for coll in layout.buckets:
+            # Loads and claims; `_id` last makes a bounded claim one range (schema 4;
+            # it replaces (second, state, next_attempt_at), its prefix).
             await coll.create_index(
-                [("second", ASCENDING), ("state", ASCENDING), ("next_attempt_at", ASCENDING)]
+                [
+                    ("second", ASCENDING),
+                    ("state", ASCENDING),
+                    ("next_attempt_at", ASCENDING),
+                    ("_id", ASCENDING),
+                ]
             )
+            with contextlib.suppress(OperationFailure):
+                await coll.drop_index("second_1_state_1_next_attempt_at_1")
             await coll.create_index([("state", ASCENDING), ("claimed_at", ASCENDING)])
             # The overdue-pending sweep: normally an empty range.
             await coll.create_index([("state", ASCENDING), ("next_attempt_at", ASCENDING)])

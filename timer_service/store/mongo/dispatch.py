@@ -90,7 +90,13 @@ class MongoDispatch:
         return [(d["_id"], d["next_attempt_at"]) for d in docs]
 
     async def claim_due(
-        self, second: int, upto_ms: int, claim: str, fence: int, now_ms: int
+        self,
+        second: int,
+        upto_ms: int,
+        claim: str,
+        fence: int,
+        now_ms: int,
+        limit: int | None = None,
     ) -> list[Claimed]:
         change = machine.claim(claim, fence, now_ms)
         coll = self._l.bucket(second)
@@ -103,11 +109,34 @@ class MongoDispatch:
                 "fence": {"$lte": fence},
             }
         )
+        if limit is not None:
+            query = await self._bounded(coll, query, limit)
         result = await coll.update_many(query, change_update(change))
         if result.modified_count == 0:
             return []
         docs = await coll.find({"second": second, "claim": claim}, CLAIM_PROJECTION).to_list(None)
         return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
+
+    @staticmethod
+    async def _bounded(coll: Any, query: Doc, limit: int) -> Doc:
+        """`query` cut to its first `limit` jobs in (next_attempt_at, _id) order, as a
+        range on the (second, state, next_attempt_at, _id) index: the limit-th job's
+        position is read first (one index walk of `limit` entries), then the claim
+        takes everything up to it. A job of the range claimed or moved in between
+        only makes the claim smaller."""
+        last = (
+            await coll.find(query, {"next_attempt_at": 1})
+            .sort([("next_attempt_at", ASCENDING), ("_id", ASCENDING)])
+            .skip(limit - 1)
+            .limit(1)
+            .to_list(1)
+        )
+        if not last:
+            return query  # fewer than `limit`: all of them
+        at, key = last[0]["next_attempt_at"], last[0]["_id"]
+        before = {"next_attempt_at": {"$lt": at}}
+        tie = {"next_attempt_at": at, "_id": {"$lte": key}}
+        return {**query, "$or": [before, tie]}
 
     async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
         await self._l.rounds.insert_one({"_id": claim, "fence": fence, "opened_at": now_ms})

@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 SCHEMA_ID = "schema"
 LOCK_ID = "setup-lock"
 # 2: (state, next_attempt_at) per bucket, for the overdue sweep; 3: the console's
-# (locator labels, bucket history.at, the audit log)
-SCHEMA_VERSION = 3
+# (locator labels, bucket history.at, the audit log); 4: `_id` appended to the
+# buckets' (second, state, next_attempt_at), for bounded claims
+SCHEMA_VERSION = 4
 LOCK_TTL_MS = 120_000  # a setup that took longer died: another process may take over
 POLL_S = 0.25
 

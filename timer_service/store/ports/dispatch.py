@@ -49,10 +49,18 @@ class DispatchPort(Protocol):
         ...
 
     async def claim_due(
-        self, second: int, upto_ms: int, claim: str, fence: int, now_ms: int
+        self,
+        second: int,
+        upto_ms: int,
+        claim: str,
+        fence: int,
+        now_ms: int,
+        limit: int | None = None,
     ) -> list[Claimed]:
         """`jobs.claim` for the jobs of `second` that `jobs.claimable` admits,
-        conditional and batched; returns what this call claimed."""
+        conditional and batched; returns what this call claimed. With `limit`, only
+        the first `limit` of them in (next_attempt_at, key) order: a call that
+        returns `limit` jobs may have left more."""
         ...
 
     async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
