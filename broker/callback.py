@@ -104,18 +104,27 @@ def parse_retry_after(value: str | None, now_ms: int) -> int | None:
         return None
 
 
-def retry_wait_ms(policy: RetryPolicy, attempt: int, retry_after: str | None, now_ms: int) -> int:
-    """Retry-After when given and readable, else the backoff; capped by max_backoff_ms."""
+def retry_wait_ms(
+    policy: RetryPolicy, attempt: int, retry_after: str | None, now_ms: int, spread: float = 0.0
+) -> int:
+    """Retry-After when given and readable (exactly: the endpoint asked for it), else
+    the backoff with its jitter; capped by max_backoff_ms."""
     hinted = parse_retry_after(retry_after, now_ms)
     if hinted is not None:
         return policy.capped(hinted)
-    return policy.backoff_ms(attempt)
+    return policy.backoff_ms(attempt, spread)
 
 
 def judge(
-    response: Response, policy: RetryPolicy, attempt: int, budget_base: int, known_at: int
+    response: Response,
+    policy: RetryPolicy,
+    attempt: int,
+    budget_base: int,
+    known_at: int,
+    spread: float = 0.0,
 ) -> Verdict:
-    """The job's fate after attempt number `attempt`, its outcome known at `known_at`."""
+    """The job's fate after attempt number `attempt`, its outcome known at `known_at`;
+    `spread` in [0, 1) picks the backoff's jitter (`RetryPolicy.backoff_ms`)."""
     status = response.status_code
     if status is not None and 200 <= status < 300:
         return Verdict(OutcomeKind.DELIVERED, None)
@@ -124,7 +133,7 @@ def judge(
         return Verdict(OutcomeKind.DEAD, error)
     if attempt - budget_base >= policy.max_attempts:
         return Verdict(OutcomeKind.DEAD, error)
-    wait_ms = retry_wait_ms(policy, attempt, response.retry_after, known_at)
+    wait_ms = retry_wait_ms(policy, attempt, response.retry_after, known_at, spread)
     return Verdict(OutcomeKind.RETRY, error, known_at + wait_ms)
 
 

@@ -44,6 +44,7 @@ import contextlib
 import itertools
 import logging
 import math
+import random
 
 from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
@@ -393,7 +394,8 @@ class Lane:
         self._learn_callback_time(duration_s * 1000)
         known_at = self._clock.now_ms()
         try:
-            verdict = judge(response, biz.retry, attempt, job.budget_base, known_at)
+            spread = random.random()  # the backoff's jitter
+            verdict = judge(response, biz.retry, attempt, job.budget_base, known_at, spread)
         except Exception as exc:  # an answer we cannot judge: a failed attempt, retried
             log.exception("callback answer not understood", extra={"biz_type": biz.biz_type})
             unreadable = Response(None, error=f"unreadable answer: {type(exc).__name__}")

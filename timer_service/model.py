@@ -138,6 +138,10 @@ class Job:
         return replace(self, **changes)
 
 
+BACKOFF_JITTER = 0.1  # a retry waits up to 10% longer than the backoff formula...
+MAX_JITTER_MS = 500  # ...and at most this much longer
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     max_attempts: int = DEFAULT_RETRY["max_attempts"]  # type: ignore[assignment]
@@ -145,13 +149,20 @@ class RetryPolicy:
     max_backoff_ms: int = DEFAULT_RETRY["max_backoff_ms"]  # type: ignore[assignment]
     multiplier: float = DEFAULT_RETRY["multiplier"]
 
-    def backoff_ms(self, attempt: int) -> int:
-        """Wait after failed attempt `attempt` (1-based): docs/api.md, "Callback protocol"."""
+    def backoff_ms(self, attempt: int, spread: float = 0.0) -> int:
+        """Wait after failed attempt `attempt` (1-based): docs/api.md, "Callback protocol".
+
+        The contract's wait, `min(max, initial * multiplier^(attempt-1))`, plus a
+        jitter of up to a tenth of it (at most MAX_JITTER_MS) by `spread` in [0, 1),
+        still capped: jobs that failed together do not come back together. The jitter
+        only ever adds, never earlier than the contract's wait: not AWS's "full
+        jitter", which may retry at once."""
         try:
             raw = self.initial_backoff_ms * self.multiplier ** (attempt - 1)
         except OverflowError:
             return self.max_backoff_ms
-        return int(min(self.max_backoff_ms, raw))
+        jitter = min(raw * BACKOFF_JITTER, MAX_JITTER_MS) * spread
+        return int(min(self.max_backoff_ms, raw + jitter))
 
     def capped(self, wait_ms: int) -> int:
         return max(0, min(self.max_backoff_ms, wait_ms))

@@ -330,6 +330,37 @@ async def test_retries_then_delivers_with_backoff_gaps(world: World) -> None:
     assert world.metric("timer_callbacks_total", biz_type="orders", outcome="retry") == 2
 
 
+async def test_jobs_failed_together_come_back_spread_never_early(world: World) -> None:
+    """The backoff's jitter: 20 jobs failed in one moment get different retry times,
+    each the formula's wait after its outcome plus at most a tenth (the 2 ms of slack:
+    the outcome's moment is read back as the attempt's start plus its duration)."""
+    world.receiver.responder = lambda r: (503, {}, 0.0)
+    await world.put_biz("orders", retry=fast_retry(max_attempts=2, initial_ms=1000))
+    await started(world)
+    due = world.clock.now_ms() + 100
+    jobs = await world.create("orders", [f"s{i}" for i in range(20)], due)
+    world.daemon.watch([due])
+    world.daemon.run(jobs)
+    failed: list[Job] = []
+    for _ in range(150):  # 3 s of the fake clock
+        found = [await world.store.jobs.get_job(b, j) for b, j in jobs]
+        failed = [f for f in found if f is not None and f.attempts == 1 and f.history]
+        if len(failed) == len(jobs):
+            break
+        await world.clock.run_for(20)
+    assert len(failed) == len(jobs), f"{len(failed)} of {len(jobs)} failed once"
+    waits = []
+    for job in failed:
+        assert job.state == JobState.PENDING and job.next_attempt_at is not None
+        waits.append(job.next_attempt_at - job.history[-1].at - job.history[-1].duration_ms)
+    assert min(waits) >= 1000 - 2 and max(waits) <= 1100, f"formula 1 s, +10%: {waits}"
+    retry_times = [
+        (await world.store.jobs.get_job(b, j)).next_attempt_at  # type: ignore[union-attr]
+        for b, j in jobs
+    ]
+    assert len(set(retry_times)) > 1, f"every job retries at once: {retry_times}"
+
+
 async def test_permanent_failure_is_dead_at_once(world: World) -> None:
     world.receiver.responder = lambda r: (400, {}, 0.0)
     await world.put_biz("orders", retry=fast_retry())

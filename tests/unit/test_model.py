@@ -12,6 +12,19 @@ def test_backoff_never_overflows() -> None:
     assert policy.backoff_ms(400) == 5
 
 
+def test_the_jitter_only_adds_up_to_a_tenth_or_half_a_second_and_keeps_the_cap() -> None:
+    policy = RetryPolicy(max_attempts=10, initial_backoff_ms=1000, max_backoff_ms=5000)
+    assert policy.backoff_ms(1, spread=0.0) == 1000  # never earlier than the formula
+    assert policy.backoff_ms(1, spread=0.5) == 1050
+    assert policy.backoff_ms(2, spread=0.999) == 2199
+    assert policy.backoff_ms(3, spread=0.999) == 4399
+    assert policy.backoff_ms(4, spread=0.999) == 5000  # 8000 capped: the cap holds
+    long = RetryPolicy(max_attempts=10, initial_backoff_ms=60_000, max_backoff_ms=600_000)
+    assert long.backoff_ms(1, spread=0.999) == 60_499  # a tenth would be 6 s: at most 0.5 s
+    waits = {policy.backoff_ms(1, spread=i / 100) for i in range(100)}
+    assert min(waits) == 1000 and max(waits) == 1099 and len(waits) > 80  # spread out
+
+
 def test_payloads_compare_as_json_values() -> None:
     assert same_payload('{"a":1,"b":2}', '{"b": 2, "a": 1}')
     assert not same_payload('{"a":1}', '{"a":1.0}')
