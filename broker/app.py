@@ -1,7 +1,10 @@
-"""The broker process: discovers biz types, runs one lane per biz type, heartbeats.
+"""The broker process: discovers biz types, runs one lane per biz type it owns,
+heartbeats.
 
-Each biz type's queue is consumed with single-active-consumer, so its lane in
-this process is the only sender for it across all replicas (see broker.lane).
+The live brokers share the biz types (broker/ownership.py): each consumes the ones
+it owns. Each biz type's queue is consumed with single-active-consumer, so while a
+handover has two brokers subscribed, the lane of one of them is the only sender
+(see broker.lane).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tenacity import (
 
 from broker.lane import Lane
 from broker.outcomes import OutcomeWriter
+from broker.ownership import plan
 from broker.sender import Sender
 from broker.skew import SkewGuard
 from timer_service.clock import Clock, SystemClock
@@ -129,21 +133,33 @@ class Broker:
 
     # -- discovery -------------------------------------------------------------------
     async def _discover(self) -> None:
+        """Consume the biz types this broker owns among the live brokers, apply config
+        changes, and let go of a biz type once its new owner consumes it, or once it
+        is deleted (broker/ownership.py)."""
         current = {biz.biz_type: biz for biz in await self._store.biz_types.list_biz_types()}
-        for name, biz in current.items():
-            lane = self._lanes.get(name)
-            if lane is None:
-                await self._add_lane(biz)
-            elif lane.biz != biz:
+        now = self._clock.now_ms()
+        live = {
+            beat.broker_id: beat.consuming
+            for beat in await self._store.leases.broker_beats()
+            if beat.expires_at > now
+        }
+        todo = plan(self.broker_id, current, set(self._lanes), live)
+        for name in sorted(todo.start):
+            await self._add_lane(current[name])
+        for name, lane in self._lanes.items():
+            biz = current.get(name)
+            if biz is not None and lane.biz != biz:
                 lane.configure(biz)
                 log.info("biz type config applied", extra={"biz_type": name})
-        for name in set(self._lanes) - set(current):
+        for name in sorted((set(self._lanes) - set(current)) | todo.stop):
             # In the background: draining it must not hold up the other biz types.
             lane = self._lanes.pop(name)
             consumer = self._consumers.pop(name, None)
             task = asyncio.create_task(self._remove_lane(name, lane, consumer))
             self._removals.add(task)
             task.add_done_callback(self._removals.discard)
+            reason = "handed over" if name in current else "deleted"
+            log.info("letting go of a biz type", extra={"biz_type": name, "reason": reason})
 
     async def _add_lane(self, biz: BizType) -> None:
         lane = Lane(
@@ -198,7 +214,7 @@ class Broker:
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
         sent_ms = self._clock.now_ms()
         store_ms = await self._store.leases.broker_heartbeat(
-            self.broker_id, held, sent_ms, sent_ms + HEARTBEAT_TTL_MS
+            self.broker_id, held, sent_ms, sent_ms + HEARTBEAT_TTL_MS, consuming=sorted(self._lanes)
         )
         self.skew.observe(self._clock.now_ms(), store_ms)
         self._metrics.clock_lead(self.skew.lead_ms() / 1000)

@@ -101,6 +101,7 @@ class BrokerBeat:
     broker_id: str
     expires_at: int
     held: tuple[HeldBiz, ...] = ()
+    consuming: tuple[str, ...] = ()  # the biz types it subscribes to (broker/ownership.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,16 +18,20 @@ def ids(jobs: list[Job]) -> list[str]:
     return sorted(j.job_id for j in jobs)
 
 
-async def test_heartbeats_say_what_each_broker_holds(store: Store) -> None:
+async def test_heartbeats_say_what_each_broker_holds_and_consumes(store: Store) -> None:
     held = [HeldBiz("orders.eu", 3, NOW - 500), HeldBiz("coupons", 1, NOW - 9)]
-    store_ms = await store.leases.broker_heartbeat("b1", held, NOW, NOW + 6000)
+    store_ms = await store.leases.broker_heartbeat(
+        "b1", held, NOW, NOW + 6000, consuming=["orders.eu", "coupons"]
+    )
     await store.leases.broker_heartbeat("b2", [], NOW, NOW - 1)
     # The memory store has no clock of its own and answers the caller's; a real store
     # answers its own, which is the machine's here.
     assert isinstance(store_ms, int) and store_ms > 0, store_ms
     beats = sorted(await store.leases.broker_beats(), key=lambda b: b.broker_id)
     expected = [
-        BrokerBeat("b1", NOW + 6000, (HeldBiz("coupons", 1, NOW - 9), held[0])),
+        BrokerBeat(
+            "b1", NOW + 6000, (HeldBiz("coupons", 1, NOW - 9), held[0]), ("coupons", "orders.eu")
+        ),
         BrokerBeat("b2", NOW - 1, ()),
     ]
     assert beats == expected, f"expected {expected}, got {beats}"

@@ -96,10 +96,17 @@ class MemoryLeases:
         return all(saved)
 
     async def broker_heartbeat(
-        self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int
+        self,
+        broker_id: str,
+        held: Sequence[HeldBiz],
+        now_ms: int,
+        expires_at_ms: int,
+        consuming: Sequence[str] = (),
     ) -> int:
         ordered = tuple(sorted(held, key=lambda h: h.biz_type))
-        self._s.brokers[broker_id] = BrokerBeat(broker_id, expires_at_ms, ordered)
+        self._s.brokers[broker_id] = BrokerBeat(
+            broker_id, expires_at_ms, ordered, tuple(sorted(consuming))
+        )
         clock = self._s.clock
         return now_ms if clock is None else clock.now_ms()
 

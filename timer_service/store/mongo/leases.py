@@ -163,7 +163,12 @@ class MongoLeases:
         return True
 
     async def broker_heartbeat(
-        self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int
+        self,
+        broker_id: str,
+        held: Sequence[HeldBiz],
+        now_ms: int,
+        expires_at_ms: int,
+        consuming: Sequence[str] = (),
     ) -> int:
         # A list, not a document keyed by biz type: biz type names may hold dots.
         entries = [
@@ -173,7 +178,10 @@ class MongoLeases:
         # $currentDate: the store's clock comes back with the write, no extra round trip.
         doc = await self._l.brokers.find_one_and_update(
             {"_id": broker_id},
-            {"$set": {"held": entries, "expires_at": expires_at_ms}, "$currentDate": {"at": True}},
+            {
+                "$set": {"held": entries, "c": sorted(consuming), "expires_at": expires_at_ms},
+                "$currentDate": {"at": True},
+            },
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
@@ -186,6 +194,7 @@ class MongoLeases:
                 d["_id"],
                 int(d.get("expires_at", 0)),
                 tuple(HeldBiz(h["b"], int(h["n"]), int(h["oldest"])) for h in d.get("held", ())),
+                tuple(d.get("c", ())),
             )
             for d in docs
         ]

@@ -60,11 +60,17 @@ class LeasesPort(Protocol):
         ...
 
     async def broker_heartbeat(
-        self, broker_id: str, held: Sequence[HeldBiz], now_ms: int, expires_at_ms: int
+        self,
+        broker_id: str,
+        held: Sequence[HeldBiz],
+        now_ms: int,
+        expires_at_ms: int,
+        consuming: Sequence[str] = (),
     ) -> int:
-        """A live broker says what it holds, per biz type; the store's own clock at the
-        write (epoch ms), which the broker's skew guard learns from (`now_ms`, the
-        caller's clock, where the store keeps no clock of its own)."""
+        """A live broker says what it holds, per biz type, and which biz types it
+        consumes; the store's own clock at the write (epoch ms), which the broker's
+        skew guard learns from (`now_ms`, the caller's clock, where the store keeps no
+        clock of its own)."""
         ...
 
     async def broker_beats(self) -> list[BrokerBeat]:
