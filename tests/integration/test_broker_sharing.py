@@ -11,7 +11,7 @@ import time
 import pytest
 
 from broker.ownership import owner
-from tests.integration.broker_env import Env
+from tests.integration.broker_env import BrokerProcess, Env
 from tests.unit.test_broker_flow import create, now_ms, wait_for_states
 from timer_service.model import JobState
 
@@ -62,13 +62,19 @@ def assert_once(env: Env, jobs: list[tuple[str, str]]) -> None:
     assert wrong == {}, f"expected one callback each, got {wrong}"
 
 
-async def test_two_brokers_share_the_biz_types_and_a_third_takes_its_part(env: Env) -> None:
+async def two_brokers_sharing(env: Env) -> tuple[BrokerProcess, list[tuple[str, str]]]:
+    """Two broker processes sharing BIZ, a first round of jobs called back; the first
+    broker and those jobs."""
     for biz in BIZ:
         await env.put_biz(biz)
     first, second = env.spawn_broker(), env.spawn_broker()
     await asyncio.gather(first.ready(), second.ready())
     await until_spread(env, 2)
-    jobs = await fire(env, "a")
+    return first, await fire(env, "a")
+
+
+async def test_two_brokers_share_the_biz_types_and_a_third_takes_its_part(env: Env) -> None:
+    _, jobs = await two_brokers_sharing(env)
     third = env.spawn_broker()
     await third.ready()
     shares = await until_spread(env, 3)
@@ -80,12 +86,7 @@ async def test_two_brokers_share_the_biz_types_and_a_third_takes_its_part(env: E
 
 @pytest.mark.parametrize("how", ["sigterm", "kill"])
 async def test_a_broker_gone_hands_its_biz_types_to_the_other(env: Env, how: str) -> None:
-    for biz in BIZ:
-        await env.put_biz(biz)
-    first, second = env.spawn_broker(), env.spawn_broker()
-    await asyncio.gather(first.ready(), second.ready())
-    await until_spread(env, 2)
-    jobs = await fire(env, "a")
+    first, jobs = await two_brokers_sharing(env)
     gone_at = time.monotonic()
     first.proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
     await asyncio.to_thread(first.proc.wait, 15)
