@@ -51,7 +51,8 @@ async def _nothing_to_settle() -> None:
 
 
 class PartitionLeases:
-    """Same face as `LeaseKeeper` (`current()`, `tick()`, `release()`), for P leases."""
+    """The daemon's leases: `current()` (the `Lead` the scanner asks), `tick()`,
+    `release()`; one lease per owned partition, one fence for all of them."""
 
     def __init__(
         self,

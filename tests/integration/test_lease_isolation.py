@@ -17,7 +17,7 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from daemon.app import Daemon
-from daemon.lease import LeaseKeeper
+from daemon.partition_lease import PartitionLeases
 from tests.faultproxy import FaultProxy
 from tests.integration.test_daemon_integration import settings
 from tests.support import SecantusServer, unique_name
@@ -43,7 +43,7 @@ def lease_changes(metrics: Metrics) -> dict[str, float]:
     }
 
 
-async def hold_for(lease: LeaseKeeper, seconds: float) -> list[float]:
+async def hold_for(lease: PartitionLeases, seconds: float) -> list[float]:
     """Tick the keeper as the daemon's lease loop does; the times it was not leader."""
     lapses: list[float] = []
     started = time.monotonic()
@@ -107,12 +107,13 @@ async def test_a_store_connection_that_holds_every_byte_does_not_delay_renewals(
         bulk: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
             slow_url, serverSelectionTimeoutMS=5000, socketTimeoutMS=60_000
         )
-        shared = MongoStore(slow_url, db_name, client=bulk, leases_client=bulk)
+        # A database of its own: its lease is free, only the stalled client stands between.
+        shared = MongoStore(slow_url, f"{db_name}-shared", client=bulk, leases_client=bulk)
         try:
             await apart.setup()
             await bulk.admin.command("ping")
             metrics = Metrics()
-            apart_lease = LeaseKeeper(apart.leases, SystemClock(), metrics, "apart", TTL_MS)
+            apart_lease = PartitionLeases(apart.leases, SystemClock(), metrics, "apart", TTL_MS, 1)
             await apart_lease.tick()
             assert apart_lease.is_leader, "expected the lease taken before the stall"
 
@@ -126,8 +127,8 @@ async def test_a_store_connection_that_holds_every_byte_does_not_delay_renewals(
             assert lapses == [], f"expected the lease held for {HOLD_S} s, lapsed at {lapses} s"
             assert not any(task.done() for task in stuck), "expected the bulk calls stuck"
 
-            shared_lease = LeaseKeeper(
-                shared.leases, SystemClock(), Metrics(), "shared", TTL_MS, name="shared-lease"
+            shared_lease = PartitionLeases(
+                shared.leases, SystemClock(), Metrics(), "shared", TTL_MS, 1
             )
             await shared_lease.tick()
             assert not shared_lease.is_leader, (
