@@ -145,7 +145,10 @@ class Broker:
         }
         todo = plan(self.broker_id, current, set(self._lanes), live)
         for name in sorted(todo.start):
-            await self._add_lane(current[name])
+            taken_from = [
+                b for b, consumed in live.items() if b != self.broker_id and name in consumed
+            ]
+            await self._add_lane(current[name], handover=bool(taken_from))
         for name, lane in self._lanes.items():
             biz = current.get(name)
             if biz is not None and lane.biz != biz:
@@ -161,7 +164,7 @@ class Broker:
             reason = "handed over" if name in current else "deleted"
             log.info("letting go of a biz type", extra={"biz_type": name, "reason": reason})
 
-    async def _add_lane(self, biz: BizType) -> None:
+    async def _add_lane(self, biz: BizType, handover: bool = False) -> None:
         lane = Lane(
             biz,
             store=self._store,
@@ -173,6 +176,7 @@ class Broker:
             skew=self.skew,
             max_hold_ms=self._settings.broker_max_hold_ms,
             tracing=self._tracing,
+            handover=handover,
         )
         lane.start()
         self._lanes[biz.biz_type] = lane

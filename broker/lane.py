@@ -11,7 +11,9 @@ only what an earlier channel left) sets its bucket a burst below empty: the
 stream goes on at the rate after a pause of (burst + 1) / rate, never with a
 fresh burst on top of the old owner's, and the debt covers up to a burst that
 an old owner still alive (its connection closed, which it learns a moment
-late) may send after the handover.
+late) may send after the handover. A lane made for a planned handover (the
+old owner drains before it lets go) starts its first stream empty, without
+the debt: its bucket refilled while it stood by.
 
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
@@ -91,8 +93,12 @@ class Lane:
         skew: SkewGuard | None = None,
         max_hold_ms: int | None = None,
         tracing: Tracing = NO_TRACING,
+        handover: bool = False,
     ) -> None:
         self.biz = biz
+        # Made to take the stream over from a live broker (broker/ownership.py): the
+        # first stream starts empty, not with a burst on top of the old owner's.
+        self._starts_empty = handover
         self._broker_id = broker_id
         self._skew = skew or SkewGuard()
         self._max_hold_s = None if max_hold_ms is None else max_hold_ms / 1000
@@ -174,6 +180,9 @@ class Lane:
 
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
+        if self._starts_empty:
+            self._starts_empty = False
+            self._bucket.empty(self._clock.monotonic_s())
         if delivery.redelivered and not self._bucket.unlimited and not self._holds_live():
             # Taken over from another holder (or our own closed channel): start a burst
             # below empty, which also covers what the old holder may still send before
