@@ -1,5 +1,5 @@
 """k8s: the NetworkPolicies let each role reach what it needs and no more, and the
-Secret comes only from the example overlay's generator, fed by a file nobody commits.
+Secret comes only from each overlay's generator, fed by a file nobody commits.
 
 Rendering the overlay (kubectl kustomize) and validating it against the Kubernetes
 schemas is in .ci/static-checks; this file checks what the files say.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,11 +23,18 @@ from tests.unit.test_ops_manifests import (
     selects,
 )
 from tests.unit.test_ops_manifests import rendered as base_rendered
+from timer_service.constants import (
+    BUCKET_COLLECTION_PREFIX,
+    DEFAULT_BUCKETS,
+    LOCATOR_COLLECTION,
+    SECONDS_COLLECTION,
+)
 from timer_service.settings import Settings
 
 rendered = base_rendered  # the base, rendered as test_ops_manifests does
 
-OVERLAY = ROOT / "k8s" / "overlays" / "example"
+OVERLAYS = [ROOT / "k8s" / "overlays" / name for name in ("example", "sharded")]
+SHARDED = OVERLAYS[1]
 MONGODB, AMQP, AMQPS, DNS = 27017, 5672, 5671, 53
 
 
@@ -158,12 +165,9 @@ def test_the_base_ships_no_secret_and_no_placeholder(rendered: list[Doc]) -> Non
     assert placeholders == [], f"placeholder credentials in {placeholders}"
 
 
-def overlay() -> dict[str, Any]:
-    return yaml.safe_load((OVERLAY / "kustomization.yaml").read_text())
-
-
-def test_the_example_overlay_generates_the_secret_from_an_uncommitted_file() -> None:
-    kustomization = overlay()
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda path: path.name)
+def test_the_overlay_generates_the_secret_from_an_uncommitted_file(overlay: Path) -> None:
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
     assert "../../base" in kustomization["resources"], kustomization["resources"]
     (generator,) = kustomization["secretGenerator"]
     assert generator["name"] == OVERLAY_SECRET, generator
@@ -171,20 +175,30 @@ def test_the_example_overlay_generates_the_secret_from_an_uncommitted_file() -> 
     assert sources == {"env"} and generator["env"] == "secrets.env", (
         f"expected the values only from secrets.env, got {generator}"
     )
-    ignored = (OVERLAY / ".gitignore").read_text().split()
+    ignored = (overlay / ".gitignore").read_text().split()
     assert "secrets.env" in ignored, f"secrets.env is not git-ignored: {ignored}"
 
 
-def test_the_example_secrets_file_has_no_token_and_only_known_settings() -> None:
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda path: path.name)
+def test_the_example_secrets_file_has_no_token_and_only_known_settings(overlay: Path) -> None:
     entries = dict(
         line.split("=", 1)
-        for line in (OVERLAY / "secrets.env.example").read_text().splitlines()
+        for line in (overlay / "secrets.env.example").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     )
     assert "TIMER_API_TOKEN" not in entries, "the example must not carry a token"
     known = {f"TIMER_{name.upper()}" for name in Settings.model_fields}
     assert set(entries) <= known, f"unknown settings: {set(entries) - known}"
     assert {"TIMER_MONGO_URL", "TIMER_AMQP_URL"} <= set(entries), entries
+
+
+def test_the_sharding_script_names_the_stores_collections() -> None:
+    """shard.js (k8s/overlays/sharded) shards the collections the service writes."""
+    script = (SHARDED / "shard.js").read_text()
+    for name in (SECONDS_COLLECTION, LOCATOR_COLLECTION):
+        assert f'shard("{name}", ' in script, name
+    assert f"shard(`{BUCKET_COLLECTION_PREFIX}${{n}}`, {{ partition: 1, second: 1 }})" in script
+    assert f'process.env.TIMER_BUCKETS || "{DEFAULT_BUCKETS}"' in script
 
 
 def test_an_empty_token_is_refused_rather_than_running_without_auth() -> None:
