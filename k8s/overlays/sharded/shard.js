@@ -48,10 +48,13 @@ try {
 }
 print(`sharding enabled on database ${dbName}`);
 
-// A job's bucket holds it under its next fire second; loads and claims ask
-// for one second of the owned partitions: one range per partition.
+// Loads and claims ask for one second of the owned partitions: the partition
+// first targets them to its shards. Then _id, not the second: a retry or a
+// reschedule may change a job's second in place, and mongos refuses an update
+// that changes a shard-key field without the full key in its filter; a job's
+// partition and _id never change.
 for (let n = 0; n < buckets; n++) {
-  shard(`jobs_b${n}`, { partition: 1, second: 1 });
+  shard(`jobs_b${n}`, { partition: 1, _id: 1 });
 }
 // The slot is partition x 2^44 + second: a partition's seconds are one range.
 shard("seconds", { _id: 1 });
