@@ -110,7 +110,11 @@ class Lane:
         self._outcomes = outcomes
         self._metrics = metrics
         self._clock = clock
-        self._bucket = TokenBucket(biz.rate_limit_per_s, biz.burst, clock.monotonic_s())
+        # On the clock sends are stamped by (`fired_at`, the contract's send time), not
+        # the monotonic one: the bound must hold between the stamps, and that clock
+        # steps back when the skew guard learns a larger lead.
+        self._origin_ms = clock.now_ms()  # bucket time counts from here: float precision
+        self._bucket = TokenBucket(biz.rate_limit_per_s, biz.burst, self._send_clock_s())
         self._held: list[Held] = []  # not yet checked, by sort_key
         self._ready: list[Held] = []  # checked, waiting for moment / token / slot
         self._checking = 0
@@ -135,7 +139,7 @@ class Lane:
     def configure(self, biz: BizType) -> None:
         """Apply a changed config; the next send uses it."""
         self.biz = biz
-        self._bucket.reconfigure(biz.rate_limit_per_s, biz.burst, self._clock.monotonic_s())
+        self._bucket.reconfigure(biz.rate_limit_per_s, biz.burst, self._send_clock_s())
         self._wake()
 
     def stop_sending(self) -> None:
@@ -182,12 +186,12 @@ class Lane:
     def offer(self, delivery: Delivery) -> None:
         if self._starts_empty:
             self._starts_empty = False
-            self._bucket.empty(self._clock.monotonic_s())
+            self._bucket.empty(self._send_clock_s())
         if delivery.redelivered and not self._bucket.unlimited and not self._holds_live():
             # Taken over from another holder (or our own closed channel): start a burst
             # below empty, which also covers what the old holder may still send before
             # it learns that its channel is gone.
-            self._bucket.empty(self._clock.monotonic_s(), debt=self.biz.burst)
+            self._bucket.empty(self._send_clock_s(), debt=self.biz.burst)
         claimed = delivery.job
         key = job_key(claimed.biz_type, claimed.job_id)
         twin = self._by_key.get(key)
@@ -246,9 +250,9 @@ class Lane:
             if self._in_flight >= biz.max_concurrency:
                 self._note_limited(item)
                 break  # a finishing callback wakes the lane
-            if not self._bucket.try_take(mono):
+            if not self._bucket.try_take(self._bucket_s(now)):
                 self._note_limited(item)
-                wait_ms = min(wait_ms, self._bucket.wait_s(mono) * 1000)
+                wait_ms = min(wait_ms, self._bucket.wait_s(self._bucket_s(now)) * 1000)
                 break
             ready.pop(0)
             if not item.prune():  # its channel closed: another broker has the message
@@ -263,7 +267,7 @@ class Lane:
             if head.not_before > horizon:
                 wait_ms = min(wait_ms, head.not_before - horizon)
             else:
-                budget = self._check_budget(mono) - len(ready) - self._checking
+                budget = self._check_budget(self._bucket_s(now)) - len(ready) - self._checking
                 budget = min(budget, MAX_CHECK_BATCH)
                 end = min(bisect.bisect_right(held, (horizon, math.inf), key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
@@ -277,11 +281,11 @@ class Lane:
                     held[:end] = later
                     self._start_check(batch)
                 elif not ready and not self._bucket.unlimited:
-                    lead_s = self._bucket.wait_s(mono) - self._check_ahead_ms / 1000
+                    lead_s = self._bucket.wait_s(self._bucket_s(now)) - self._check_ahead_ms / 1000
                     wait_ms = min(wait_ms, max(1.0, lead_s * 1000))
         return None if wait_ms == math.inf else wait_ms / 1000
 
-    def _check_budget(self, mono: float) -> int:
+    def _check_budget(self, bucket_s: float) -> int:
         """How many upcoming messages could go out within the check-ahead window: what
         the rate limit allows, and what the in-flight cap lets through at the callbacks'
         usual round trip (one round of the cap until a callback has been timed). A
@@ -291,8 +295,17 @@ class Lane:
         window_ms = self._check_ahead_ms
         rounds = 1.0 if self._callback_ms_avg is None else window_ms / self._callback_ms_avg
         slots = max(0, cap - self._in_flight) + math.ceil(cap * max(1.0, rounds))
-        tokens = self._bucket.available(mono, window_ms / 1000)
+        tokens = self._bucket.available(bucket_s, window_ms / 1000)
         return slots if tokens >= slots else min(slots, math.floor(tokens))
+
+    def _send_clock_s(self) -> float:
+        """The clock sends are held on and stamped by (broker.skew), in seconds."""
+        return self._bucket_s(self._skew.send_clock_ms(self._clock.now_ms()))
+
+    def _bucket_s(self, send_clock_ms: int) -> float:
+        """A send-clock instant as the bucket counts time: seconds since the lane began
+        (epoch seconds as a float would blur the milliseconds a token is made of)."""
+        return (send_clock_ms - self._origin_ms) / 1000
 
     def _note_limited(self, item: Held) -> None:
         if not item.limited:

@@ -1,10 +1,16 @@
-"""The rate limit across a handover of a biz type's stream between brokers: the lane
-that takes a stream over never adds a fresh burst to what the old owner spent."""
+"""The rate limit where it is easiest to break: across a handover of a biz type's
+stream between brokers (the lane that takes a stream over never adds a fresh burst
+to what the old owner spent), and on the send timestamps when the clock they are
+stamped by moves."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from typing import Any
 
+from broker.lane import Lane
+from broker.skew import SkewGuard
 from tests.unit.test_broker_lane import (
     FakeDelivery,
     claimed_jobs,
@@ -14,7 +20,7 @@ from tests.unit.test_broker_lane import (
 )
 from timer_service.clock import FakeClock
 from timer_service.jobs import NewJob
-from timer_service.model import second_of
+from timer_service.model import BizType, second_of
 
 __all__ = ["parts"]  # the fixture
 
@@ -101,4 +107,36 @@ async def test_a_lane_not_made_for_a_handover_starts_with_its_burst(
     await drive_by_hand(lane, fake_clock, 1000)
     times = [at - now for at, _ in sender.sent]
     assert times == [0, 0, 0, 100, 200], f"expected the burst then one per 100 ms, got {times}"
+    await lane.close()
+
+
+async def test_the_rate_holds_on_the_send_timestamps_when_the_skew_estimate_moves(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    """A send is stamped (`fired_at`, the contract's send time) by the skew guard's
+    clock, this host's minus its learnt lead over the store. When the lead grows (a
+    store freeze's slow heartbeats roll the best sample out), that clock steps back;
+    a bucket on the monotonic clock then let sends out whose stamps were closer than
+    the rate allows (found by the chaos run: 16 sends in 3,497 ms against 15.99)."""
+    store, sender, outcomes, metrics = parts
+    skew = SkewGuard()
+    lane = Lane(
+        BizType("orders", "http://127.0.0.1:1/cb", rate_limit_per_s=10, burst=1),
+        store=store,
+        sender=sender,
+        outcomes=outcomes,
+        metrics=metrics,
+        clock=fake_clock,
+        skew=skew,
+    )
+    now = fake_clock.now_ms()
+    for job in await claimed_jobs(store, fake_clock, 4, now - 1000):
+        lane.offer(FakeDelivery(job))
+    await drive_by_hand(lane, fake_clock, 100)  # the first send, then 100 ms
+    skew.observe(fake_clock.now_ms(), fake_clock.now_ms() - 60)  # now 60 ms ahead
+    await drive_by_hand(lane, fake_clock, 1000)
+    stamps = [json.loads(request.body)["fired_at"] for _, request in sender.sent]
+    assert len(stamps) == 4, stamps
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert min(gaps) >= 100, f"sends stamped closer than 1 / rate: gaps {gaps}"
     await lane.close()
