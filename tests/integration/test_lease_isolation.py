@@ -31,8 +31,12 @@ from timer_service.store.mongo import MongoStore, lease_client
 
 pytestmark = pytest.mark.integration
 
-TTL_MS = 600  # renewed every 200 ms: a renew that waits 400 ms behind anything loses it
-HOLD_S = 3.0  # five TTLs
+# Renewed every 500 ms: a renew that waits 1 s behind anything loses it. The stalled
+# calls below never answer, so a renew queued behind one would lose it every time; the
+# second of slack is for a loaded machine's event loop (at 600 ms, CI lost it once at
+# load 5 on 2 cores, with nothing queued).
+TTL_MS = 1500
+HOLD_S = 4.5  # three TTLs
 
 
 def lease_changes(metrics: Metrics) -> dict[str, float]:
