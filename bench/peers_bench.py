@@ -68,6 +68,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ PAYLOAD = '{"n":1}'
 TASK = "peers.post"
 TIMEOUT_S = 10.0
 WAIT_AFTER_LAST_S = 30.0
-SERVERS = {"celery": ("beam.smp", "RabbitMQ"), "arq": ("redis-server", "Redis")}
+SERVERS = {"celery": (5672, "RabbitMQ"), "arq": (REDIS_PORT, "Redis")}
 
 
 def now_ms() -> int:
@@ -128,6 +129,8 @@ def celery_worker(queue: str, concurrency: int, pool: str, ready: str) -> None:
     import requests
     from celery.signals import worker_ready
 
+    # The bench runs as root here; Celery warns about that on every start.
+    warnings.filterwarnings("ignore", message=".*superuser privileges")
     app = celery_app(queue)
     local = threading.local()
 
@@ -269,16 +272,23 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def server_pids(comm: str) -> list[int]:
-    pids = []
+def listener_pid(port: int) -> int | None:
+    """The process listening on 127.0.0.1:`port` (the RabbitMQ or Redis server; by port,
+    since `beam.smp` is also the name of every rabbitmqctl run)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "comm").read_text().strip() == comm:
-                    pids.append(int(entry.name))
+                if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                    return int(entry.name)
             except OSError:
                 continue
-    return pids
+    return None
 
 
 def start_worker(peer: str, queue: str, args: argparse.Namespace, ready: Path) -> Any:
@@ -314,13 +324,13 @@ async def one_run(
     url = f"http://127.0.0.1:{port}/callback"
     ready = Path(tempfile.gettempdir()) / f"{queue}.ready"
     await fetch_arrivals(port)  # forget anything from an earlier run
-    servers = server_pids(SERVERS[peer][0])
+    server = listener_pid(SERVERS[peer][0])
     worker = start_worker(peer, queue, args, ready)
     rows: list[list[Any]] = []
     count = int(rate * seconds)
     try:
         cpu0 = tree_cpu_s(worker.pid)
-        server0 = sum(proc_cpu_s(pid) for pid in servers)
+        server0 = proc_cpu_s(server) if server else 0.0
         first_due = now_ms() + int(lead_s * 1000)
         jobs = [(f"{run}-{i}", first_due + i * 1000 // rate) for i in range(count)]
         due = dict(jobs)
@@ -342,7 +352,7 @@ async def one_run(
             seen.update(row[0] for row in fresh if row[0] in due)
         await asyncio.sleep(0.5)  # the last tasks' acks / finish writes
         cpu = tree_cpu_s(worker.pid) - cpu0
-        server_cpu = sum(proc_cpu_s(pid) for pid in servers) - server0
+        server_cpu = proc_cpu_s(server) - server0 if server else 0.0
         rows += await fetch_arrivals(port)
     finally:
         stop_worker(worker)
