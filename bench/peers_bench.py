@@ -36,17 +36,25 @@ Redis server per job over the same span (shared with anything else using it).
   asyncio task that POSTs with aiohttp (one session, settings as our
   broker's Sender: no connection limit, no decompression, no proxy from the
   environment, no redirects; 10 s timeout). arq's default poll_delay is 0.5 s,
-  so a job waits up to that long after due before it is even picked; the
-  README rows give both 0.5 s and 0.05 s. Redis's persistence (RDB/AOF) is
-  whatever the server is configured with.
+  so a job waits up to that long after due before it is even picked, and a
+  poll starts the jobs it found one after another (a Redis transaction each);
+  the README rows give poll_delay 0.5 s and 0.05 s.
 
-Neither peer has what the service adds around the send: per-biz-type rate
-limits and concurrency caps, cancel or reschedule of a registered job by id
-(Celery has revoke, kept in each worker's memory; arq has abort for a job
-that has started, with `allow_abort_jobs`), retries judged on the HTTP status
-with Retry-After, a job store to query, replay of dead jobs, signing, or
-the target policy against private addresses. This bench measures only the
-time from due to the callback, and what the worker spends on it.
+What each is and is not beside the service. Celery has a per-task
+`rate_limit`, but each worker enforces it on its own (N workers: up to N times
+it), and `revoke`, broadcast to the live workers and kept in their memory
+(lost on a restart unless `--statedb`); arq has `max_jobs` per worker and no
+rate limit, and `Job.abort()` (with `allow_abort_jobs`), which also takes out
+a deferred job. Neither reschedules a registered job, retries on the
+callback's HTTP status with Retry-After (a task can raise Retry, by hand),
+keeps a queryable record of each job and its attempts, replays dead jobs,
+signs callbacks (here the task signs with our code) or checks targets against
+private addresses. Durability: Celery's ETA message is persistent in a durable
+queue and unacknowledged while held, so RabbitMQ redelivers it if the worker
+dies, but it lives in one worker's RAM until due; arq's jobs are as durable as
+the Redis server's persistence (here none: `appendonly no`, `save ""`). This
+bench measures only the time from due to the callback, and what the worker
+spends on it.
 
     .venv/bin/python bench/peers_bench.py --peer all --rate 100 --seconds 10 --runs 3
     .venv/bin/python bench/peers_bench.py --peer arq --arq-poll-delay 0.05 --runs 3
