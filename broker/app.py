@@ -195,8 +195,16 @@ class Broker:
         log.info("consuming", extra={"biz_type": biz.biz_type})
 
     async def _remove_lane(self, name: str, lane: Lane, consumer: Consumer | None) -> None:
+        """Let go of a biz type (deleted, or handed over): nothing more is sent; the
+        callbacks in flight finish (each within its timeout) and their outcomes are
+        stored before the consumer is cancelled, which hands what is left, unsent, to
+        the next owner. Cancelled earlier, a message whose callback went out would
+        reach the next owner as a redelivery and be sent again."""
         lane.stop_sending()
-        await lane.drain(self._settings.shutdown_grace_s)
+        bound_s = self._settings.shutdown_grace_s + lane.biz.timeout_ms / 1000
+        await lane.drain(bound_s)
+        if not await lane.settle(bound_s):
+            log.warning("letting go with outcomes unstored", extra={"biz_type": name})
         await self._cancel(name, consumer)
         await lane.close()
         log.info("stopped consuming", extra={"biz_type": name})

@@ -77,6 +77,7 @@ MAX_CHECK_BATCH = 500
 MAX_CHECKS_IN_FLIGHT = 3
 MIN_OVERLAPPING_BATCH = 32
 CHECK_GIVE_UP_AFTER_S = 10.0
+SETTLE_POLL_S = 0.02  # how often `settle` looks
 
 
 class Lane:
@@ -152,6 +153,15 @@ class Lane:
             with contextlib.suppress(TimeoutError):
                 await self._clock.wait_for(asyncio.wait(set(self._sends)), max(0.0, timeout_s))
         return not self._sends
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Wait until every callback sent has its outcome stored and its message acked:
+        cancelling the consumer before would hand such a message to the next broker,
+        which would send it again. True when none is left."""
+        deadline = self._clock.monotonic_s() + timeout_s
+        while (self._in_flight or self._unsettled) and self._clock.monotonic_s() < deadline:
+            await self._clock.sleep(SETTLE_POLL_S)
+        return not (self._in_flight or self._unsettled)
 
     async def close(self) -> None:
         """Stop everything; unsettled messages stay unacked for the queue to take back."""

@@ -1,0 +1,43 @@
+"""A planned handover of a biz type between two live brokers (broker/ownership.py):
+the old owner lets go only once its callbacks in flight have finished and their
+outcomes are stored, so the new owner never sends any of them again."""
+
+from __future__ import annotations
+
+from broker.app import Broker
+from broker.ownership import owner
+from tests.unit.test_broker_flow import World, wait_for_states, world
+from timer_service.model import JobState
+from timer_service.settings import Settings
+
+__all__ = ["world"]  # the fixture
+
+
+def moving_to(new: str, old: str) -> str:
+    """A biz type that `new` owns once it is live beside `old`."""
+    return next(f"biz{i}" for i in range(1000) if owner(f"biz{i}", [old, new]) == new)
+
+
+async def test_callbacks_in_flight_at_a_handover_are_not_sent_again(world: World) -> None:
+    biz = moving_to("b2", "b1")
+    # Slow callbacks whose outcomes are still on their way when b2 appears.
+    world.receiver.responder = lambda r: (200, {}, 1.5)
+    await world.put_biz(biz, max_concurrency=8)
+    await world.broker.start()
+    due = world.clock.now_ms() + 300
+    jobs = await world.create(biz, [f"h{i}" for i in range(8)], due)
+    world.daemon.watch([due])
+    world.daemon.run(jobs)
+    while len(world.receiver.received) < 8:
+        await world.clock.run_for(20)
+    settings = Settings(shutdown_grace_s=3)  # type: ignore[call-arg]
+    newcomer = Broker(settings, world.store, world.queue, world.metrics, world.clock, "b2")
+    await newcomer.start()  # subscribes beside b1, which then hands the biz type over
+    try:
+        await wait_for_states(world.store, jobs, {JobState.DELIVERED}, 15, world.clock)
+        await world.clock.run_for(3000)  # a second copy would go out now
+        counts = {job_id: len(world.receiver.for_job(job_id)) for _, job_id in jobs}
+        assert counts == dict.fromkeys(counts, 1), f"called back more than once: {counts}"
+        assert newcomer.biz_types == [biz] and world.broker.biz_types == []
+    finally:
+        await world.clock.drive(newcomer.stop())
