@@ -221,9 +221,12 @@ async def test_limits_hold_across_two_broker_processes(env: Env) -> None:
     assert peak == 2, f"expected at most (and reaching) 2 in flight, got {peak}"
 
 
-async def healthy_lateness_ms(env: Env, jobs: int, spread_ms: int, hanging: bool) -> list[int]:
+async def healthy_lateness_ms(
+    env: Env, jobs: int, spread_ms: int, hanging: bool, limited: bool = False
+) -> list[int]:
     """`jobs` of a healthy biz type due evenly over `spread_ms`, beside a biz type whose
-    endpoint hangs (16 callbacks in flight for 30 s) when `hanging`; their lateness."""
+    endpoint hangs (16 callbacks in flight for 30 s) when `hanging`, and beside one
+    limited to 10/s holding 60 due jobs when `limited`; their lateness."""
 
     def answer(r: Received) -> tuple[int, dict[str, str], float]:
         return (200, {}, 30.0) if r.path == "/hangs" else (200, {}, 0.0)
@@ -237,6 +240,12 @@ async def healthy_lateness_ms(env: Env, jobs: int, spread_ms: int, hanging: bool
         hang_due = now_ms() + 500
         await create(env.store, "hangs", [f"h{i}" for i in range(50)], hang_due)
         env.daemon.watch([hang_due])
+        await env.daemon.dispatch_once()
+    if limited:
+        await env.put_biz("limited", rate_limit_per_s=10, burst=1)
+        slow_due = now_ms() + 500
+        await create(env.store, "limited", [f"s{i}" for i in range(60)], slow_due)
+        env.daemon.watch([slow_due])
         await env.daemon.dispatch_once()
     start = now_ms() + 1800
     due_of = {f"ok{i}": start + i * spread_ms // jobs for i in range(jobs)}
@@ -252,6 +261,17 @@ async def healthy_lateness_ms(env: Env, jobs: int, spread_ms: int, hanging: bool
         held = env.receiver.max_in_flight.get("hangs", 0)
         assert held == 16, f"expected the hanging biz type capped at 16 in flight, got {held}"
     return lateness
+
+
+async def test_a_rate_limited_biz_does_not_delay_another(env: Env) -> None:
+    """Issue 14, item 8: a biz type limited to 10/s holding 60 due jobs (6 s of them)
+    takes nothing from another due at the embedded store's nominal load."""
+    lateness = await healthy_lateness_ms(env, jobs=150, spread_ms=6000, hanging=False, limited=True)
+    assert lateness[int(len(lateness) * 0.99) - 1] < 1000, p99_ms(lateness)
+    slow = [("limited", f"s{i}") for i in range(60)]
+    await wait_for_states(env.store, slow, {JobState.DELIVERED}, 30)
+    sent = sorted(int(r.headers["X-Timer-Timestamp"]) for r in env.receiver.for_biz("limited"))
+    assert len(sent) == 60 and (sent[-1] - sent[0]) / 1000 >= 59 / 10 - 0.05, sent[:3]
 
 
 def p99_ms(lateness: list[int]) -> str:
