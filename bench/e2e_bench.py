@@ -17,6 +17,8 @@ store server's beside them: what saturates first.
 
     .venv/bin/python bench/e2e_bench.py --daemons 1 2 --rate 25 --seconds 20 --runs 3
     .venv/bin/python bench/e2e_bench.py --daemons 2 --partitions 8 --rate 40
+    BENCH_LOG_LEVEL=INFO .venv/bin/python bench/e2e_bench.py ...   # the processes' logs
+                                              # (in /tmp/timer-e2e-logs) at INFO
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def start_services(url: str, prefix: str, args: argparse.Namespace) -> dict[str,
         "TIMER_AMQP_URL": AMQP_URL,
         "TIMER_QUEUE_PREFIX": prefix,
         "TIMER_PARTITIONS": str(args.partitions or max(args.daemons)),
-        "TIMER_LOG_LEVEL": "WARNING",
+        "TIMER_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         "TIMER_SHUTDOWN_GRACE_S": "5",
     }
     api_port = free_port()
