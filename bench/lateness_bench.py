@@ -323,6 +323,23 @@ async def one_run(
             await store.drop_database()
         await store.close()
 
+    figures = first_arrival_figures(rows, due)
+    published = metrics.published_ms
+    return {
+        **figures,
+        "pub_p50": pct(published, 50),
+        "pub_max": max(published, default=float("nan")),
+        "pub_late": sum(1 for x in published if x > 0),
+        "gc2": len(gc_pauses.pauses_ms),
+        "gc2_max": max(gc_pauses.pauses_ms, default=0.0),
+        "cpu_us": cpu / count * 1e6,
+        "server_cpu_us": server_cpu / count * 1e6,
+    }
+
+
+def first_arrival_figures(rows: Sequence[Sequence[Any]], due: dict[str, int]) -> dict[str, float]:
+    """Lateness of each job's first arrival (`rows`: job id, arrival ns, due_at, fired_at
+    ms), split at the send: what lateness_bench and peers_bench both report."""
     first: dict[str, tuple[int, int, int]] = {}
     for job_id, arrived_ns, due_at, fired_at in rows:
         if job_id in due and job_id not in first:
@@ -331,12 +348,12 @@ async def one_run(
     late = [arrived / 1e6 - due_at for arrived, due_at, _ in first.values()]
     send = [fired - due_at for _, due_at, fired in first.values()]
     wire = [arrived / 1e6 - fired for arrived, _, fired in first.values()]
-    published = metrics.published_ms
+    count = len(due)
     return {
         "jobs": count,
         "received": len(first),
         "missing": count - len(first),
-        "duplicates": len(rows) - len(first),
+        "duplicates": sum(1 for row in rows if row[0] in due) - len(first),
         "early": sum(1 for x in late if x < 0),
         "p50": pct(late, 50),
         "p99": pct(late, 99),
@@ -350,13 +367,6 @@ async def one_run(
         "wire_p50": pct(wire, 50),
         "wire_p99": pct(wire, 99),
         "wire_max": max(wire, default=float("nan")),
-        "pub_p50": pct(published, 50),
-        "pub_max": max(published, default=float("nan")),
-        "pub_late": sum(1 for x in published if x > 0),
-        "gc2": len(gc_pauses.pauses_ms),
-        "gc2_max": max(gc_pauses.pauses_ms, default=0.0),
-        "cpu_us": cpu / count * 1e6,
-        "server_cpu_us": server_cpu / count * 1e6,
     }
 
 

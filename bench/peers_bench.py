@@ -325,7 +325,7 @@ def stop_worker(proc: Any) -> None:
 async def one_run(
     peer: str, rate: int, seconds: float, lead_s: float, port: int, args: argparse.Namespace
 ) -> dict[str, float]:
-    from lateness_bench import fetch_arrivals, pct, proc_cpu_s
+    from lateness_bench import fetch_arrivals, first_arrival_figures, proc_cpu_s
 
     run = uuid.uuid4().hex[:8]
     queue = f"peers-{peer}-{run}"
@@ -370,31 +370,8 @@ async def one_run(
         else:
             await arq_cleanup(queue, run)
 
-    first: dict[str, tuple[int, int, int]] = {}
-    for job_id, arrived_ns, due_at, fired_at in rows:
-        if job_id in due and job_id not in first:
-            assert due_at == due[job_id], (job_id, due_at, due[job_id])
-            first[job_id] = (arrived_ns, due_at, fired_at)
-    late = [arrived / 1e6 - due_at for arrived, due_at, _ in first.values()]
-    send = [fired - due_at for _, due_at, fired in first.values()]
-    wire = [arrived / 1e6 - fired for arrived, _, fired in first.values()]
     return {
-        "jobs": count,
-        "received": len(first),
-        "missing": count - len(first),
-        "duplicates": sum(1 for row in rows if row[0] in due) - len(first),
-        "early": sum(1 for x in late if x < 0),
-        "p50": pct(late, 50),
-        "p99": pct(late, 99),
-        "max": max(late, default=float("nan")),
-        "min": min(late, default=float("nan")),
-        "over5": sum(1 for x in late if x > 5),
-        "over50": sum(1 for x in late if x > 50),
-        "send_p50": pct(send, 50),
-        "send_p99": pct(send, 99),
-        "send_max": max(send, default=float("nan")),
-        "wire_p50": pct(wire, 50),
-        "wire_p99": pct(wire, 99),
+        **first_arrival_figures(rows, due),
         "cpu_us": cpu / count * 1e6,
         "server_cpu_us": server_cpu / count * 1e6,
     }
