@@ -25,22 +25,30 @@ from timer_service.model import BizType, second_of
 __all__ = ["parts"]  # the fixture
 
 
+async def send_times(
+    lane: Lane, parts: Any, clock: FakeClock, jobs: list[Any], since: int, redelivered: bool = False
+) -> list[int]:
+    """Offer `jobs` to `lane`, drive it for a second; when each went out, from `since`."""
+    sender = parts[1]
+    for job in jobs:
+        delivery = FakeDelivery(job)
+        delivery.redelivered = redelivered
+        lane.offer(delivery)
+    await drive_by_hand(lane, clock, 1000)
+    return [at - since for at, _ in sender.sent]
+
+
 async def test_a_stream_taken_over_goes_on_at_the_rate_without_a_fresh_burst(
     parts: Any, fake_clock: FakeClock
 ) -> None:
     """Redelivered messages at an idle lane: another holder had them, and may have just
     spent the burst; the contract's bound holds across the handover only if this lane
     starts empty."""
-    store, sender, *_ = parts
+    store = parts[0]
     start = fake_clock.now_ms()
     jobs = await claimed_jobs(store, fake_clock, 5, start)
     lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=3)
-    for job in jobs:
-        delivery = FakeDelivery(job)
-        delivery.redelivered = True
-        lane.offer(delivery)
-    await drive_by_hand(lane, fake_clock, 1000)
-    times = [at - start for at, _ in sender.sent]
+    times = await send_times(lane, parts, fake_clock, jobs, start, redelivered=True)
     # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
     assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
     await lane.close()
@@ -53,7 +61,7 @@ async def test_a_stream_that_comes_back_to_a_lane_with_stale_messages_starts_emp
     which spent its own burst); when the stream comes back, what it still holds is
     stale, so it starts empty all the same (found by the chaos run: 7 sends in 1.24 s
     against a bound of 6.98 after a handover back and forth)."""
-    store, sender, *_ = parts
+    store = parts[0]
     start = fake_clock.now_ms()
     later = await claimed_jobs(store, fake_clock, 1, start + 60_000)
     lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=3)
@@ -64,12 +72,7 @@ async def test_a_stream_that_comes_back_to_a_lane_with_stale_messages_starts_emp
     now = fake_clock.now_ms()
     await store.jobs.create_jobs([NewJob("orders", f"b{i}", now, "{}") for i in range(5)], now)
     back = await store.dispatch.claim_due(second_of(now), now, "c2", 1, now)
-    for job in back:
-        delivery = FakeDelivery(job)
-        delivery.redelivered = True
-        lane.offer(delivery)
-    await drive_by_hand(lane, fake_clock, 1000)
-    times = [at - now for at, _ in sender.sent]
+    times = await send_times(lane, parts, fake_clock, back, now, redelivered=True)
     # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
     assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
     await lane.close()
@@ -82,14 +85,12 @@ async def test_a_lane_made_for_a_handover_starts_its_first_stream_empty(
     old owner drains and spends, then gets fresh (never delivered) messages. Its bucket
     refilled meanwhile; a full burst on top of the old owner's would break the bound, so
     its first stream starts empty (no debt: the old owner stopped before it cancelled)."""
-    store, sender, *_ = parts
+    store = parts[0]
     lane = make_lane(parts, fake_clock, handover=True, rate_limit_per_s=10, burst=3)
     fake_clock.advance(5_000)  # the old owner drains meanwhile
     now = fake_clock.now_ms()
-    for job in await claimed_jobs(store, fake_clock, 5, now):
-        lane.offer(FakeDelivery(job))
-    await drive_by_hand(lane, fake_clock, 1000)
-    times = [at - now for at, _ in sender.sent]
+    jobs = await claimed_jobs(store, fake_clock, 5, now)
+    times = await send_times(lane, parts, fake_clock, jobs, now)
     assert times == [100, 200, 300, 400, 500], f"expected one per 100 ms from empty, got {times}"
     await lane.close()
 
@@ -98,14 +99,12 @@ async def test_a_lane_not_made_for_a_handover_starts_with_its_burst(
     parts: Any, fake_clock: FakeClock
 ) -> None:
     """A new biz type, or one nobody consumed: its first jobs go out at once."""
-    store, sender, *_ = parts
+    store = parts[0]
     lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=3)
     fake_clock.advance(5_000)
     now = fake_clock.now_ms()
-    for job in await claimed_jobs(store, fake_clock, 5, now):
-        lane.offer(FakeDelivery(job))
-    await drive_by_hand(lane, fake_clock, 1000)
-    times = [at - now for at, _ in sender.sent]
+    jobs = await claimed_jobs(store, fake_clock, 5, now)
+    times = await send_times(lane, parts, fake_clock, jobs, now)
     assert times == [0, 0, 0, 100, 200], f"expected the burst then one per 100 ms, got {times}"
     await lane.close()
 
