@@ -48,3 +48,11 @@ class ScanConfig:
             catchup_rate_per_s=settings.catchup_rate_per_s,
             claim_batch=settings.claim_batch,
         )
+
+
+def claim_limit(held: Held | None, batch: int) -> int | None:
+    """A claim's bound, only where it can bite (a bounded claim reads the batch-th job's
+    position first, one more round trip): none for a second loaded with at most a batch
+    of jobs and not written into since; `batch` for any other."""
+    small = held is not None and held.sweep is None and len(held.jobs) <= batch
+    return None if small else batch

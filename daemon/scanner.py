@@ -26,7 +26,7 @@ import logging
 from daemon.lease import Lead, Term, narrowed
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
-from daemon.scan_state import BacklogSecond, Held, ScanConfig
+from daemon.scan_state import BacklogSecond, Held, ScanConfig, claim_limit
 from daemon.wheel import TimingWheel
 from timer_service.clock import Clock
 from timer_service.dispatch import Claimed, SecondEntry
@@ -340,7 +340,7 @@ class Scanner:
                     # so a write that lands after this claim makes the release miss.
                     entries = await self._dispatch.next_seconds(second, second, 1)
                     swept[second] = entries[0] if entries else None
-                got = await self._claim(second, upto, self.config.claim_batch)
+                got = await self._claim(second, upto, claim_limit(held, self.config.claim_batch))
                 claimed.extend(got)
                 if len(got) >= self.config.claim_batch:
                     # A herd: the rest is claimed next round, after the other seconds'
