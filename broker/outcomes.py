@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 FLUSH_AFTER_S = 0.002  # gather outcomes this long after the first of a batch
 MAX_BATCH = 500
 MAX_FLUSHES = 4  # batches being written at once: a slow store still gets a pipeline
+# ... but only for a herd: a trickle (fewer outcomes waiting than this) waits for the
+# write in flight and goes in the next, larger batch. Each flush costs the store the
+# same few commands whatever its size, and near the store's capacity a write per
+# callback of a slow biz type (one outcome per token) took the others' share.
+MIN_OVERLAPPING_BATCH = 32
 GIVE_UP_AFTER_S = 20.0  # how long one round of retries lasts before it is logged
 
 
@@ -53,7 +58,7 @@ class OutcomeWriter:
         self._clock = clock
         self._give_up_after_s = give_up_after_s
         self._queue: list[Pending] = []
-        self._arrived = asyncio.Event()
+        self._arrived = asyncio.Event()  # an outcome came, or a flush ended
         self._task: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
         self._flushes: set[asyncio.Task[None]] = set()
@@ -89,8 +94,12 @@ class OutcomeWriter:
                 self._arrived.clear()
                 self._update_idle()
                 await self._arrived.wait()
+                continue
             if len(self._queue) < MAX_BATCH:
                 await self._clock.sleep(FLUSH_AFTER_S)
+            while self._flushes and len(self._queue) < MIN_OVERLAPPING_BATCH:
+                self._arrived.clear()
+                await self._arrived.wait()
             await self._slots.acquire()
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             task = asyncio.create_task(self._flush(batch))
@@ -100,6 +109,7 @@ class OutcomeWriter:
     def _flushed(self, task: asyncio.Task[None]) -> None:
         self._flushes.discard(task)
         self._slots.release()
+        self._arrived.set()
         self._update_idle()
 
     def _update_idle(self) -> None:

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from broker.outcomes import FLUSH_AFTER_S, GIVE_UP_AFTER_S, OutcomeWriter, Pending
+from broker.outcomes import (
+    FLUSH_AFTER_S,
+    GIVE_UP_AFTER_S,
+    MIN_OVERLAPPING_BATCH,
+    OutcomeWriter,
+    Pending,
+)
 from tests.unit.test_broker_lane import FakeDelivery
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
@@ -30,6 +36,23 @@ class Flaky:
         if self.down:
             raise ConnectionError("store away")
         await self._record(*args)
+
+
+class Slow:
+    """Makes each record_outcomes take `answer_ms` of the fake clock; notes when each
+    write started and how many outcomes it carried."""
+
+    def __init__(self, store: MemoryStore, clock: FakeClock, answer_ms: int) -> None:
+        self.writes: list[tuple[int, int]] = []  # (started at, outcomes)
+        self._clock = clock
+        self._answer_s = answer_ms / 1000
+        self._record = store.outcomes.record_outcomes
+        store.outcomes.record_outcomes = self.record  # type: ignore[method-assign]
+
+    async def record(self, outcomes: Any, now_ms: int) -> None:
+        self.writes.append((self._clock.now_ms(), len(outcomes)))
+        await self._clock.sleep(self._answer_s)
+        await self._record(outcomes, now_ms)
 
 
 @pytest.fixture
@@ -113,3 +136,32 @@ async def test_outcomes_are_retried_past_the_bound_and_never_handed_back(
     assert fates(pending) == [["ack"], ["ack"]], f"expected acked once, got {fates(pending)}"
     job = await memory_store.jobs.get_job("orders", "j0")
     assert job is not None and job.state is JobState.DELIVERED, job
+
+
+async def test_a_trickle_waits_for_the_write_in_flight_and_goes_in_one_batch(
+    writer: OutcomeWriter, memory_store: MemoryStore, fake_clock: FakeClock
+) -> None:
+    """A slow biz type's outcomes come one per token: written one by one, each would cost
+    the store a write per callback. While a write is in flight they gather instead."""
+    slow = Slow(memory_store, fake_clock, answer_ms=100)
+    pending = await sent(memory_store, fake_clock, 6)
+    for p in pending:
+        writer.submit(p)
+        await fake_clock.run_for(15)  # one every 15 ms, while the first write takes 100
+    assert await fake_clock.run_until(lambda: all(fates(pending)), 1000)
+    assert [n for _, n in slow.writes] == [1, 5], slow.writes
+    assert fates(pending) == [["ack"]] * 6
+
+
+async def test_a_herd_still_overlaps_its_writes(
+    writer: OutcomeWriter, memory_store: MemoryStore, fake_clock: FakeClock
+) -> None:
+    slow = Slow(memory_store, fake_clock, answer_ms=100)
+    pending = await sent(memory_store, fake_clock, 1 + MIN_OVERLAPPING_BATCH)
+    writer.submit(pending[0])
+    await fake_clock.run_for(10)
+    for p in pending[1:]:
+        writer.submit(p)
+    assert await fake_clock.run_until(lambda: all(fates(pending)), 1000)
+    (first, _), (second, n) = slow.writes
+    assert n == MIN_OVERLAPPING_BATCH and second - first < 100, slow.writes
