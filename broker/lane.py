@@ -30,10 +30,9 @@ A paused lane sends nothing and keeps holding (what was marked before the
 pause goes out on resume).
 
 Two more bounds on holding. No message stays unacked longer than
-``max_hold_ms``: RabbitMQ closes a channel that holds a delivery past its
-``consumer_timeout`` (and redelivers everything it held), so a message held that
-long (a pause, a backlog, a slow rate limit) is handed back to the queue first,
-unsent, and comes straight back as a fresh delivery. And a send waits for the
+``max_hold_ms`` (broker.holdbound): a message held that long (a pause, a backlog,
+a slow rate limit) is handed back to the queue, unsent, before RabbitMQ's
+``consumer_timeout`` closes the channel. And a send waits for the
 store's clock as well as this host's (broker.skew): a fast host clock cannot make
 a callback early.
 """
@@ -51,6 +50,7 @@ import random
 from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
 from broker.held import Held, insert_ordered, sort_key
+from broker.holdbound import HoldBound
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
@@ -102,8 +102,7 @@ class Lane:
         self._starts_empty = handover
         self._broker_id = broker_id
         self._skew = skew or SkewGuard()
-        self._max_hold_s = None if max_hold_ms is None else max_hold_ms / 1000
-        self._next_hand_back_s = math.inf
+        self._hold_bound = HoldBound(max_hold_ms)
         self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
         self._store = store
@@ -212,7 +211,8 @@ class Lane:
         received_s = self._clock.monotonic_s()
         item = Held(claimed.next_attempt_at, next(self._seq), delivery, key, received_s=received_s)
         self._items[item] = None
-        self._hand_back_from(item)
+        if self._hold_bound.waiting(item):
+            self._wake()
         self._by_key.setdefault(key, item)
         insert_ordered(self._held, item)
         self._wake()
@@ -246,7 +246,11 @@ class Lane:
         if not self._sending:
             return None
         mono = self._clock.monotonic_s()
-        wait_ms = self._hand_back_overdue(mono) * 1000
+        overdue, wait_s = self._hold_bound.overdue(mono, self._held, self._ready)
+        for item in overdue:
+            self._metrics.message_handed_back(biz.biz_type)
+            self._settle(item, held_too_long())
+        wait_ms = wait_s * 1000
         if biz.paused:
             return None if wait_ms == math.inf else wait_ms / 1000
         # Sends and marks go by the earlier of this host's clock and the store's.
@@ -277,8 +281,7 @@ class Lane:
             if head.not_before > horizon:
                 wait_ms = min(wait_ms, head.not_before - horizon)
             else:
-                budget = self._check_budget(self._bucket_s(now)) - len(ready) - self._checking
-                budget = min(budget, MAX_CHECK_BATCH)
+                budget = self._mark_budget(self._bucket_s(now))
                 end = min(bisect.bisect_right(held, (horizon, math.inf), key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
                     # One message per job in a batch: the store answers by job key.
@@ -295,14 +298,24 @@ class Lane:
                     wait_ms = min(wait_ms, max(1.0, lead_s * 1000))
         return None if wait_ms == math.inf else wait_ms / 1000
 
-    def _check_budget(self, bucket_s: float) -> int:
-        """How many upcoming messages could go out within the check-ahead window: what
-        the rate limit allows, and what the in-flight cap lets through at the callbacks'
-        usual round trip (one round of the cap until a callback has been timed). A
-        fixed round of the cap per mark capped a fast biz type at a few hundred per
-        second of the store's answer time, however quickly its callbacks came back."""
+    def _mark_budget(self, bucket_s: float) -> int:
+        """How many more messages to mark now: those that could go out within the
+        check-ahead window beyond what is marked already. A lane held back by its rate
+        limit, once it has to mark, marks for the longest window (MAX_CHECK_AHEAD_MS):
+        one job per token would cost the store a mark per callback."""
+        marked = len(self._ready) + self._checking
+        budget = self._check_budget(bucket_s, self._check_ahead_ms) - marked
+        if budget > 0 and not self._bucket.unlimited:
+            budget = max(budget, self._check_budget(bucket_s, MAX_CHECK_AHEAD_MS) - marked)
+        return min(budget, MAX_CHECK_BATCH)
+
+    def _check_budget(self, bucket_s: float, window_ms: float) -> int:
+        """How many upcoming messages could go out within `window_ms`: what the rate
+        limit allows, and what the in-flight cap lets through at the callbacks' usual
+        round trip (one round of the cap until a callback has been timed). A fixed
+        round of the cap per mark capped a fast biz type at a few hundred per second of
+        the store's answer time, however quickly its callbacks came back."""
         cap = self.biz.max_concurrency
-        window_ms = self._check_ahead_ms
         rounds = 1.0 if self._callback_ms_avg is None else window_ms / self._callback_ms_avg
         slots = max(0, cap - self._in_flight) + math.ceil(cap * max(1.0, rounds))
         tokens = self._bucket.available(bucket_s, window_ms / 1000)
@@ -378,7 +391,8 @@ class Lane:
                 item.not_before = job.next_attempt_at
                 item.sort_key = (item.not_before, item.seq)
             insert_ordered(self._ready, item)
-            self._hand_back_from(item)
+            if self._hold_bound.waiting(item):
+                self._wake()
 
     def _learn_check_time(self, took_ms: float) -> None:
         """Look ahead twice the store's usual answer time, so sends stay on time."""
@@ -466,33 +480,3 @@ class Lane:
         self._items.pop(item, None)
         if self._by_key.get(item.key) is item:
             del self._by_key[item.key]
-
-    # -- the hold bound -----------------------------------------------------------------
-    def _hand_back_from(self, item: Held) -> None:
-        """`item` waits in the hold or ready list: its hand-back time may come first."""
-        if self._max_hold_s is not None:
-            due_s = item.received_s + self._max_hold_s
-            if due_s < self._next_hand_back_s:
-                self._next_hand_back_s = due_s
-                self._wake()
-
-    def _hand_back_overdue(self, mono: float) -> float:
-        """Give back to the queue, unsent, every waiting message held for
-        `max_hold_ms`; seconds until the next one is due (inf: none). What is being
-        checked or sent is left alone: a check ends within CHECK_GIVE_UP_AFTER_S and
-        puts its messages back in the ready list, a send ends with its outcome."""
-        if self._max_hold_s is None or mono < self._next_hand_back_s:
-            return max(0.0, self._next_hand_back_s - mono)
-        cutoff_s = mono - self._max_hold_s
-        kept: list[list[Held]] = []
-        for waiting in (self._held, self._ready):
-            overdue = [item for item in waiting if item.received_s <= cutoff_s]
-            if overdue:
-                waiting[:] = [item for item in waiting if item.received_s > cutoff_s]
-                for item in overdue:
-                    self._metrics.message_handed_back(self.biz.biz_type)
-                    self._settle(item, held_too_long())
-            kept.append(waiting)
-        oldest = min((item.received_s for w in kept for item in w), default=math.inf)
-        self._next_hand_back_s = oldest + self._max_hold_s
-        return max(0.0, self._next_hand_back_s - mono)

@@ -214,6 +214,26 @@ async def test_token_bucket_paces_sends(parts: Any, fake_clock: FakeClock) -> No
     await lane.close()
 
 
+async def test_a_rate_limited_backlog_is_marked_in_batches_not_per_token(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    """60 jobs due at once, 10/s: a mark per token would cost the store 60 marks over 6 s,
+    near its capacity as much load as the sends of another biz type. Once the lane has to
+    mark, it marks for the longest window (half a second of tokens), still on time."""
+    store, sender, *_ = parts
+    start = fake_clock.now_ms()
+    jobs = await claimed_jobs(store, fake_clock, 60, start)
+    lane = make_lane(parts, fake_clock, rate_limit_per_s=10, burst=1)
+    for job in jobs:
+        lane.offer(FakeDelivery(job))
+    await drive_by_hand(lane, fake_clock, 6000)
+    times = [at - start for at, _ in sender.sent]
+    assert times == [100 * i for i in range(60)], f"expected one per 100 ms, got {times}"
+    marks = store.ops["start_sending"]
+    assert marks <= 60 // 4, f"expected batched marks (about one per 500 ms), got {marks}"
+    await lane.close()
+
+
 async def test_fired_at_is_when_the_token_was_taken_not_when_the_task_ran(
     parts: Any, fake_clock: FakeClock
 ) -> None:
