@@ -263,11 +263,6 @@ async def healthy_lateness_ms(
     return lateness
 
 
-# Known bug (issue 14, item 8): passed here once (quiet machine), then failed in a
-# fresh-clone CI run: the healthy biz type's callbacks went out p50 664 ms, p99 1,538 ms
-# late beside the rate-limited one. The coupling the issue describes is still there;
-# cause not found. TIMER_KNOWN_BUGS=1 runs it.
-@pytest.mark.known_bug
 async def test_a_rate_limited_biz_does_not_delay_another(env: Env) -> None:
     """Issue 14, item 8: a biz type limited to 10/s holding 60 due jobs (6 s of them)
     takes nothing from another due at the embedded store's nominal load."""
