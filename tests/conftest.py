@@ -27,9 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def secantus() -> Iterator[SecantusServer]:
     """One SecantusDB server per test module; each test takes its own database. Not one
     for the session: SecantusDB gets slower with every database created and dropped on
-    it (server CPU per read or write +33-51 % after 300, bench/store_churn_bench.py), so a module late in
-    the run met a slower store than when run alone, and its timing bounds failed only
-    in the full suite. A start costs under a second."""
+    it (server CPU per read or write +33-51 % after 300, bench/store_churn_bench.py),
+    so a module late in the run met a slower store than when run alone, and its timing
+    bounds failed only in the full suite. A start costs under a second."""
     with secantus_server() as server:
         yield server
 
