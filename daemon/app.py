@@ -232,7 +232,10 @@ class Daemon:
 
     # -- loops -------------------------------------------------------------------------------
     async def _lease_loop(self) -> None:
-        while True:
+        # The flag ends the loop even if a driver call swallows the cancellation: a
+        # loop left running past `stop` took partitions another daemon had just been
+        # given back, and held them until they lapsed.
+        while not self._stopped:
             try:
                 await self.lease.tick()
             except Exception:  # the keeper handles store errors; stay alive

@@ -82,6 +82,7 @@ class PartitionLeases:
         self._valid_until_ms = 0
         self._next_action_ms = 0
         self._renew_every_ms = max(1, ttl_ms // 3)
+        self._closing = False  # released: nothing is renewed or taken any more
         metrics.leader(False)
         metrics.partitions_owned(0)
 
@@ -113,6 +114,8 @@ class PartitionLeases:
 
     # -- actions ---------------------------------------------------------------------
     async def tick(self) -> None:
+        if self._closing:
+            return
         now = self._clock.now_ms()
         if self._held and now >= self._valid_until_ms:
             self._lose(set(self._held), "lease deadline passed without a successful renew")
@@ -127,7 +130,11 @@ class PartitionLeases:
             self._next_action_ms = now + max(1, self._renew_every_ms // 4)
 
     async def release(self) -> None:
-        """Give every lease back at once so the others take over without waiting a TTL."""
+        """Give every lease back at once so the others take over without waiting a TTL;
+        take none from now on. A gain under way (its task not yet stopped, or its write
+        applied after the task was cancelled) gives back what it got (`_gain`), and the
+        table is read once more for any row still in this daemon's name."""
+        self._closing = True
         held, fence = sorted(self._held), self._fence
         self._held.clear()
         self._leaving.clear()
@@ -137,6 +144,14 @@ class PartitionLeases:
                 [*map(lease_name, held), self._beat], self.holder, fence
             )
             log.info("partition leases released", extra={"partitions": held, "fence": fence})
+            now = self._clock.now_ms()
+            left: dict[int, list[str]] = {}
+            for t in await self._leases.list_leases(TABLE_PREFIX):
+                if t.holder == self.holder and t.expires_at > now:
+                    left.setdefault(t.token, []).append(t.name)
+            for token, names in left.items():
+                await self._leases.release_leases(names, self.holder, token)
+                log.info("leases left by a late gain released", extra={"leases": names})
         except Exception as exc:  # they then simply expire
             self._metrics.store_error("release_lease")
             log.warning("lease release failed", extra={"error": repr(exc)})
@@ -215,6 +230,9 @@ class PartitionLeases:
         wanted = sorted(self._held | set(partitions))
         names = [*map(lease_name, wanted), self._beat]
         got = set(await self._leases.acquire_leases(names, self.holder, fence, self.ttl_ms, now))
+        if self._closing:  # released meanwhile: what this got goes straight back
+            await self._leases.release_leases(sorted(got), self.holder, fence)
+            return
         self._fence = fence
         self._held = {p for p in wanted if lease_name(p) in got}
         self._leaving &= self._held

@@ -4,6 +4,9 @@ the lease's deadline, not when a late answer says so (daemon/partition_lease.py)
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from daemon.partition_lease import PartitionLeases
 from timer_service.clock import FakeClock
 from timer_service.metrics import Metrics
@@ -51,3 +54,34 @@ async def test_a_stalled_acquire_is_given_up_after_a_ttl() -> None:
     clock.advance(TTL_MS)
     await clock.drive(lease.tick(), within_ms=TTL_MS)
     assert lease.is_leader, "expected the next acquire to take the lease"
+
+
+async def test_a_gain_under_way_at_release_leaves_no_lease_behind() -> None:
+    """A stopping daemon released its leases while its lease loop was still taking
+    partitions (just handed back by another daemon); what that gain got stayed in the
+    stopped daemon's name until it lapsed, and its partitions went unworked meanwhile."""
+    inner = MemoryStore(buckets=60, retention_ms=86_400_000)
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    class GatedLeases:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner.leases, name)
+
+        async def acquire_leases(self, names: list[str], *args: Any) -> list[str]:
+            if len(names) > 1:  # a gain (partitions and the heartbeat), not the beat alone
+                entered.set()
+                await gate.wait()
+            return list(await inner.leases.acquire_leases(names, *args))
+
+    clock = FakeClock()
+    lease = PartitionLeases(GatedLeases(), clock, Metrics(), "d1", TTL_MS, 2)  # type: ignore[arg-type]
+    tick = asyncio.create_task(lease.tick())
+    await entered.wait()
+    await lease.release()  # the daemon stops while its gain is on the way
+    gate.set()
+    await tick
+    now = clock.now_ms()
+    left = [t.name for t in await inner.leases.list_leases("daemon-") if t.expires_at > now]
+    assert left == [], f"still held in the stopped daemon's name: {left}"
+    await lease.tick()
+    assert not lease.is_leader and lease.owned == frozenset()
