@@ -304,9 +304,18 @@ class Guarantees(RuleBasedStateMachine):
     def stall(self, method: str) -> None:
         self.store.stall(method)
 
+    @rule(times=st.integers(1, 2))
+    def tear(self, times: int) -> None:
+        """The next writes of a job into a second (a create or a move: reschedule,
+        replay, a retry into another second) write the job and lose the bump of its
+        second's index entry and the reply: a process killed between the two writes
+        (issue 13, item 1). Only the overdue sweep can find such a job again."""
+        self.inner.state.torn += times
+
     @rule()
     def heal(self) -> None:
         self.store.heal()
+        self.inner.state.torn = 0
 
     # -- after every step ----------------------------------------------------------------
     @invariant()
@@ -347,6 +356,7 @@ class Guarantees(RuleBasedStateMachine):
     async def _settle(self) -> None:
         """Faults stop, the client retries what failed, the endpoint answers 200."""
         self.store.heal()
+        self.inner.state.torn = 0
         self.endpoint.status = 200
         for new in list(self.unanswered.values()):
             await self._create(new)
