@@ -55,7 +55,7 @@ from timer_service.store.memory import MemoryStore
 
 T = TypeVar("T")
 
-EXAMPLES = int(os.environ.get("TIMER_MODEL_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("TIMER_MODEL_EXAMPLES", "150"))
 STEPS = int(os.environ.get("TIMER_MODEL_STEPS", "30"))
 
 BIZ = "orders"
