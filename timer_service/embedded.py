@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -38,6 +39,23 @@ def _die_with_parent() -> None:
     # or it would keep the data directory locked.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _stores_on(data_dir: Path) -> list[int]:
+    """Store processes serving `data_dir` (Linux /proc; elsewhere none are found)."""
+    wanted = str(data_dir).encode()
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+            if any(b"secantusd" in a for a in args[:2]) and wanted in args:
+                found.append(int(entry.name))
+    return found
 
 
 def _free_port() -> int:
@@ -72,6 +90,7 @@ class EmbeddedStore:
                 "or point TIMER_MONGO_URL at a MongoDB"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        await self._wait_for_previous(timeout_s)
         # The port is picked before the child binds it, so another process can take it in
         # between; the child then exits at once and a fresh port is tried.
         self._exe = exe
@@ -85,6 +104,28 @@ class EmbeddedStore:
                 if attempt == attempts:
                     raise RuntimeError(str(exc)) from None
                 log.warning("embedded store exited at start; retrying", extra={"port": self.port})
+
+    async def _wait_for_previous(self, timeout_s: float) -> None:
+        """A `dev` killed with -9 leaves its store closing the data directory (it gets
+        SIGTERM when its parent dies); a new store there meets WiredTiger's lock and
+        exits. So wait until no store serves this directory, at most `timeout_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pids = _stores_on(self.data_dir)
+        if pids:
+            log.warning(
+                "waiting for the previous embedded store to let go of its data",
+                extra={"pids": pids, "data_dir": str(self.data_dir)},
+            )
+        while pids and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            pids = _stores_on(self.data_dir)
+        if pids:
+            raise RuntimeError(
+                f"the data directory {self.data_dir} is still in use by store process "
+                f"{', '.join(map(str, pids))} (another `dev`?); stop it, or set "
+                "TIMER_DATA_DIR to another directory"
+            )
 
     async def _spawn(self, exe: str, timeout_s: float) -> None:
         # Startup happens once, before serving: blocking here costs nothing.

@@ -3,6 +3,7 @@ terminal's Ctrl-C stops everything cleanly (store last, exit 0, no traceback).""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -119,3 +120,27 @@ def test_ctrl_c_stops_dev_cleanly() -> None:
         assert not Path(f"/proc/{store_pid}").exists(), "the store outlived dev"
     finally:
         dev.close()
+
+
+async def test_a_restart_waits_for_the_previous_store_to_let_go_of_its_data() -> None:
+    """`dev` killed with -9: its store gets SIGTERM (it dies with its parent) and takes
+    a moment to close its data directory. A `dev` started again at once met the lock
+    ("Device or resource busy"), its store exited three times and `dev` died (seen in
+    CI, then every time in a script: kill -9 of dev, start again)."""
+    from timer_service.embedded import EmbeddedStore
+
+    data = Path(tempfile.mkdtemp(prefix="timer-embedded-")) / "store"
+    previous, current = EmbeddedStore(data), EmbeddedStore(data)
+    try:
+        await previous.start()
+        starting = asyncio.create_task(current.start())
+        await asyncio.sleep(1.5)  # the new one is waiting, not failing
+        assert not starting.done() or starting.exception() is None, starting.exception()
+        await previous.stop()
+        await asyncio.wait_for(starting, 60)
+        _, writer = await asyncio.open_connection("127.0.0.1", current.port)
+        writer.close()
+    finally:
+        await current.stop()
+        await previous.stop()
+        shutil.rmtree(data.parent, ignore_errors=True)
