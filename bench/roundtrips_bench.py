@@ -4,8 +4,10 @@ Daemon and broker run in this process over one MongoStore (SecantusDB server in
 a subprocess) and the in-process queue; a fast receiver answers in its own
 process. Jobs are registered ahead in batches (as `POST /v1/jobs:batch` does),
 spread evenly over the run. Every store call of the daemon and the broker is
-counted by operation; each is one round trip, except `create_jobs` batches
-(several bulk writes) and the bucket fan-out of `find_stale_dispatched`.
+counted by port operation, and every command they send on the wire (a PyMongo
+command listener) by command and collection: a port call may be several commands
+(a claim is an update and a read of what it took), and the wire count is the
+round trips.
 
     .venv/bin/python bench/roundtrips_bench.py [--jobs 2000] [--seconds 10]
 """
@@ -20,6 +22,8 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+
+from pymongo import monitoring
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,6 +43,33 @@ from timer_service.settings import Settings  # noqa: E402
 from timer_service.store.mongo import MongoStore  # noqa: E402
 from timer_service.store.recording import recording  # noqa: E402
 
+WIRE_NOISE = {"ping", "hello", "isMaster", "ismaster", "endSessions", "killCursors"}
+
+
+class WireCount(monitoring.CommandListener):
+    """Every command sent, by (command, collection family); buckets counted as one."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        name = event.command_name
+        if name in WIRE_NOISE:
+            return
+        target = event.command.get(name)
+        family = target if isinstance(target, str) else "-"
+        if name == "getMore":
+            family = str(event.command.get("collection", "-"))
+        if family.startswith("jobs_b"):
+            family = "jobs_b*"
+        self.counts[(name, family)] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU of a process (Linux /proc), in seconds."""
@@ -47,6 +78,8 @@ def process_cpu_s(pid: int) -> float:
 
 
 async def run(jobs: int, seconds: int) -> None:
+    wire = WireCount()
+    monitoring.register(wire)  # before the store's clients are made
     server = SecantusServer()
     server.start()
     receiver, port = start_receiver()
@@ -66,6 +99,7 @@ async def run(jobs: int, seconds: int) -> None:
         for start in range(0, jobs, 1000):
             await store.jobs.create_jobs(batch[start : start + 1000], clock.now_ms())
         before = Counter(store.ops)
+        wire_before = Counter(wire.counts)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         assert server.proc is not None
         store_cpu0 = process_cpu_s(server.proc.pid)
@@ -99,6 +133,15 @@ async def run(jobs: int, seconds: int) -> None:
             if count > 0:
                 print(f"| {name} | {count:,} | {count / jobs:.3f} |")
         print(f"| **all** | {total:,} | **{total / jobs:.3f}** |")
+        sent = Counter(wire.counts)
+        sent.subtract(wire_before)
+        wire_total = sum(v for v in sent.values() if v > 0)
+        print("\n| command on the wire (round trip) | collection | count | per fired job |")
+        print("|---|---|---|---|")
+        for (name, family), count in sorted(sent.items(), key=lambda kv: -kv[1]):
+            if count > 0:
+                print(f"| {name} | {family} | {count:,} | {count / jobs:.3f} |")
+        print(f"| **all** | | {wire_total:,} | **{wire_total / jobs:.3f}** |")
         print(
             f"\ndaemon + broker CPU: {cpu:.1f} s over {wall:.0f} s = "
             f"{cpu * 1e6 / jobs:.0f} µs per fired job"

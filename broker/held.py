@@ -35,7 +35,7 @@ class Held:
     @property
     def ref(self) -> SendRef:
         c = self.delivery.job
-        return SendRef(c.biz_type, c.job_id, c.second, c.claim, self.delivery.redelivered)
+        return SendRef(c.biz_type, c.job_id, c.second, c.claim, self.delivery.redelivered, c.due_at)
 
     def prune(self) -> bool:
         """Keep only messages whose channel is still open (a closed one's message is

@@ -66,6 +66,9 @@ class SendRef:
     second: int
     claim: str
     retake: bool = False  # a redelivered message: may take over a send it had started
+    # The job's due time, as its message carries it (None: unknown). An outcome well
+    # within its locator's expiry then writes no locator (`Layout.outlives_locator`).
+    due_at: int | None = None
 
 
 class OutcomeKind(StrEnum):

@@ -35,7 +35,7 @@ async def store(secantus: SecantusServer) -> AsyncIterator[MongoStore]:
 async def delivered(store: MongoStore, at: int) -> None:
     s = second_of(NOW + 5000)
     [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, due_at=c.due_at)  # as a broker's
     await store.outcomes.record_outcomes([Outcome(ref, OutcomeKind.DELIVERED, attempt(1))], at)
 
 
@@ -73,6 +73,18 @@ async def test_a_cancelled_job_s_locator_expires_after_it(store: MongoStore, how
     assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
 
 
+async def test_a_job_cancelled_long_after_its_due_time_extends_its_locator(
+    store: MongoStore,
+) -> None:
+    await store.jobs.create_jobs([new("a")], NOW)
+    late = NOW + 5000 + LOCATOR_SLACK_MS + 3_600_000  # never fired: no daemon ran
+    await store.jobs.cancel_job("orders", "a", late)
+    job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})
+    loc = await store.layout.locator.find_one({"_id": "orders/a"})
+    assert job_doc is not None and job_doc["state"] == "cancelled" and loc is not None
+    assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
+
+
 async def test_a_replay_in_the_same_bucket_moves_the_locator_s_expiry_on(
     store: MongoStore,
 ) -> None:
@@ -86,11 +98,29 @@ async def test_a_replay_in_the_same_bucket_moves_the_locator_s_expiry_on(
     assert loc["expire_at"] >= needed, (loc, needed)
 
 
-async def test_an_outcome_on_time_writes_no_locator(store: MongoStore) -> None:
+class LocatorCalls:
+    """The locator collection, with every call on it counted."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        self.calls.append(name)
+        return getattr(self.inner, name)
+
+
+async def test_an_outcome_on_time_writes_no_locator(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await store.jobs.create_jobs([new("a")], NOW)
     before = await store.layout.locator.find_one({"_id": "orders/a"})
     assert before is not None and before["expire_at"] is not None, before
+    spy = LocatorCalls(store.layout.locator)
+    monkeypatch.setattr(store.layout, "locator", spy)
     await delivered(store, at=NOW + 5000)
+    assert spy.calls == [], "an outcome on time sent the locator a command (a round trip)"
+    monkeypatch.undo()
     after = await store.layout.locator.find_one({"_id": "orders/a"})
     assert after == before, "the locator was written although its expiry already fit"
     job_doc = await store.layout.bucket(second_of(NOW + 5000)).find_one({"_id": "orders/a"})

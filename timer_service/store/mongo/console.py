@@ -102,9 +102,11 @@ class MongoConsole:
             docs = await coll.find({"_id": {"$in": [j.key for j, _ in changed]}}).to_list(None)
             now = {d["_id"]: (d["state"], d.get("updated_at")) for d in docs}
             changed = [(j, ch) for j, ch in changed if now.get(j.key) == (j.state, j.updated_at)]
-        finished = [j.key for j, ch in changed if ch.finishes]
-        if finished:  # the locator outlives its job (layout.locator_expire_at)
-            await self._l.extend_locators(finished, now_ms)
+        # The locator outlives its job (layout.locator_expire_at, outlives_locator).
+        finished = [
+            j.key for j, ch in changed if ch.finishes and self._l.outlives_locator(j.due_at, now_ms)
+        ]
+        await self._l.extend_locators(finished, now_ms)
         return [j for j, _ in changed]
 
     async def count_by_state(self, biz_type: str | None) -> dict[tuple[str, JobState], int]:

@@ -223,6 +223,7 @@ class MongoJobs:
         )
         if updated is None:
             return None
-        if change.finishes:  # the locator outlives its job (layout.locator_expire_at)
+        # The locator outlives its job (layout.locator_expire_at, outlives_locator).
+        if change.finishes and self._l.outlives_locator(doc["due_at"], now_ms):
             await self._l.extend_locators([doc["_id"]], now_ms)
         return doc_to_job(updated)

@@ -124,6 +124,16 @@ class Layout:
         fires_ms = max(now_ms, wall_ms, job.next_attempt_at or job.due_at)
         return self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS)
 
+    @staticmethod
+    def outlives_locator(due_at: int | None, ends_ms: int) -> bool:
+        """Whether a job due at `due_at` that ends at `ends_ms` may outlive its locator.
+        Every write that sets a job's due time writes its locator, for a fire time no
+        earlier than it (`locator_written_expire_at`), and expiries are only ever
+        extended; so a job that ends within `LOCATOR_SLACK_MS` of its due time is
+        covered, and `extend_locators` for it would match nothing. Without the due
+        time, it may."""
+        return due_at is None or ends_ms > due_at + LOCATOR_SLACK_MS
+
     async def extend_locators(
         self, keys: list[str], ends_ms: int, keep_until_ms: int | None = None
     ) -> None:

@@ -95,10 +95,17 @@ class MongoOutcomes:
         }
         if retried:  # a retry is a new timer: its second must be indexed
             await layout.bump(retried)
-        # Locators were given an expiry past their job's when written: normally this
-        # matches none and writes nothing (Layout.extend_locators).
+        # Locators were given an expiry past their job's when written: only a job that
+        # ends long after its due time needs its locator extended (normally none, and
+        # then no command is sent at all).
         await layout.extend_locators(
-            [_key(o) for items in in_place.values() for o, c in items if c.finishes], now_ms
+            [
+                _key(o)
+                for items in in_place.values()
+                for o, c in items
+                if c.finishes and layout.outlives_locator(o.ref.due_at, now_ms)
+            ],
+            now_ms,
         )
         missed = [
             o
