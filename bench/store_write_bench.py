@@ -71,7 +71,7 @@ async def one_run(
 
         async def claim() -> None:
             for n, g in enumerate(groups):
-                # A group never spans two seconds here: claim each second it covers.
+                # A claim is per second: a group that spans two is claimed in each.
                 got: list[Claimed] = []
                 for s in sorted({second_of(due[i]) for i in g}):
                     upto = min(due[g[-1]], s * 1000 + 999)
