@@ -23,7 +23,7 @@ from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
 from timer_service.model import JobState
 from timer_service.queue.base import DispatchQueue
-from timer_service.runtime import cancel_and_wait, freeze_startup_heap
+from timer_service.runtime import cancel_and_wait, freeze_startup_heap, wait_event
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing, build_tracing
@@ -335,8 +335,7 @@ class Daemon:
     async def _sleep_until(self, wake_ms: int, event: asyncio.Event) -> None:
         delay_s = (wake_ms - self.clock.now_ms()) / 1000
         if delay_s > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), delay_s)
+            await wait_event(event, delay_s)
         else:
             await asyncio.sleep(0)  # always yield: a loop that is due again must not starve others
         event.clear()

@@ -58,13 +58,44 @@ async def cancel_and_wait(
     _, pending = await asyncio.wait(tasks, timeout=timeout_s)
     for task in pending:
         name = task.get_name() if isinstance(task, asyncio.Task) else repr(task)
+        where = await_chain(task) if isinstance(task, asyncio.Task) else []
         log.warning(
             "task did not stop in time; left behind",
-            extra={"owner": owner, "task": name, "waited_s": timeout_s},
+            extra={"owner": owner, "task": name, "waited_s": timeout_s, "awaiting": where},
         )
     for task in tasks:
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: a failure on the way out is not news
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait for `event` at most `timeout_s`; whether it was set.
+
+    Not `asyncio.wait_for`: on Python 3.11 it returns the event's result when a cancel
+    arrives in the same turn as the event, and the cancelled loop runs on.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await event.wait()
+    except TimeoutError:
+        return False
+
+
+def await_chain(task: asyncio.Task[Any]) -> list[str]:
+    """Where a suspended task waits, outermost first: each coroutine it awaits, down to
+    the future at the bottom (`Task.get_stack` shows only the outermost frame)."""
+    chain: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is None:
+            if not hasattr(awaited, "cr_await") and not hasattr(awaited, "gi_yieldfrom"):
+                chain.append(repr(awaited)[:200])  # the future it waits on
+            break
+        code = frame.f_code
+        chain.append(f"{code.co_filename}:{frame.f_lineno} {code.co_qualname}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return chain
 
 
 def freeze_startup_heap() -> None:

@@ -272,6 +272,25 @@ async def test_stop_releases_the_lease_for_a_fast_takeover(
     assert b.daemon.is_leader, "B should take over at once after A released the lease"
 
 
+async def test_every_loop_ends_on_a_cancel_that_comes_with_its_wakeup(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # A wakeup in the same turn as the shutdown cancel: on Python 3.11 a loop sleeping
+    # in asyncio.wait_for took the wakeup, dropped the cancel and ran on (CI: the stats
+    # loop was "left behind" at SIGTERM).
+    h = Harness(store, clock, stats_interval_s=60)
+    await h.step()
+    await h.daemon.start()
+    loops = list(h.daemon._tasks)
+    await asyncio.sleep(0.05)  # every loop is asleep
+    h.daemon._lease_changed()  # wakes each one
+    for task in loops:
+        task.cancel()
+    _, running = await asyncio.wait(loops, timeout=2)
+    assert not running, f"ran on after the cancel: {[t.get_name() for t in running]}"
+    await h.daemon.stop()
+
+
 async def test_idle_with_jobs_parked_a_year_ahead_makes_no_second_queries(
     store: MemoryStore, clock: FakeClock
 ) -> None:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from timer_service.runtime import cancel_and_wait
+from timer_service.runtime import cancel_and_wait, wait_event
 
 
 async def test_cancelled_tasks_are_awaited() -> None:
@@ -46,7 +46,10 @@ async def test_a_task_that_swallows_cancellation_is_left_behind_after_the_timeou
         await cancel_and_wait([task], 0.2, "test")
     assert 0.2 <= time.monotonic() - started < 1.0
     assert not task.done()
-    assert any(getattr(r, "task", None) == "stubborn" for r in caplog.records)
+    (left,) = [r for r in caplog.records if getattr(r, "task", None) == "stubborn"]
+    # Where it waits, coroutine by coroutine, down to the future at the bottom.
+    awaiting = left.awaiting  # type: ignore[attr-defined]
+    assert "stubborn" in awaiting[0] and "sleep" in awaiting[1], awaiting
     release.set()
     task.cancel()
     await asyncio.wait([task], timeout=1)
@@ -64,3 +67,23 @@ async def test_a_failure_on_the_way_out_is_not_raised() -> None:
     await asyncio.sleep(0)
     await cancel_and_wait([task], 1.0, "test")
     assert isinstance(task.exception(), RuntimeError)
+
+
+async def test_a_wait_for_an_event_ends_on_a_cancel_that_comes_with_the_event() -> None:
+    # Python 3.11's asyncio.wait_for returned the event's result when the cancel and
+    # the event came in the same turn: the daemon's stats loop swallowed its shutdown
+    # cancel that way and ran on (seen in CI: "daemon-stats ... left behind").
+    event = asyncio.Event()
+    waiting = asyncio.create_task(wait_event(event, 60))
+    await asyncio.sleep(0)
+    event.set()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
+async def test_a_wait_for_an_event_says_whether_it_came() -> None:
+    event = asyncio.Event()
+    assert await wait_event(event, 0.01) is False
+    event.set()
+    assert await wait_event(event, 60) is True

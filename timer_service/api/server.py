@@ -19,7 +19,7 @@ from timer_service.clock import SystemClock
 from timer_service.errors import LayoutMismatch
 from timer_service.logs import setup_logging
 from timer_service.metrics import Metrics
-from timer_service.runtime import freeze_startup_heap, run_until_signal
+from timer_service.runtime import freeze_startup_heap, run_until_signal, wait_event
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.tracing import build_tracing
@@ -108,8 +108,7 @@ async def _setup_store(store: Store, stop: asyncio.Event) -> bool:
             raise  # a configuration error: retrying cannot mend it
         except Exception as exc:
             log.warning("store not ready, retrying", extra={"error": str(exc)})
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SETUP_RETRY_S)
+        await wait_event(stop, SETUP_RETRY_S)
     return False
 
 

@@ -166,8 +166,10 @@ class Mover:
             await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs}, session=session)
 
         try:
-            async with layout.client.start_session() as session:
-                await asyncio.wait_for(session.with_transaction(move), _MOVE_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancel
+            # that comes as the transaction commits.
+            async with layout.client.start_session() as session, asyncio.timeout(_MOVE_TIMEOUT_S):
+                await session.with_transaction(move)
         except _GroupChanged:
             return False
         return True
