@@ -28,6 +28,11 @@ class BacklogSecond:
     done: int = 0  # how many of `due` are claimed
 
 
+# A claim also takes what falls due this much after its own window: at low rates one
+# round per ~half second instead of one per job (4 commands each on the wire).
+COALESCE_MS = 500
+
+
 @dataclass(slots=True)
 class ScanConfig:
     claim_ahead_ms: int
@@ -39,11 +44,16 @@ class ScanConfig:
     safety_poll_ms: int = 10_000
     page: int = 1000
     max_backlog_seconds_per_step: int = 200
+    # A claim at t takes a second's jobs due by t + claim_ahead + coalesce (the API's
+    # bound: claimed at most 2 s ahead), so the next ones need no claim of their own.
+    coalesce_ms: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ScanConfig:
+        claim_ahead_ms = min(settings.claim_ahead_ms, MAX_CLAIM_AHEAD_MS)
         return cls(
-            claim_ahead_ms=min(settings.claim_ahead_ms, MAX_CLAIM_AHEAD_MS),
+            claim_ahead_ms=claim_ahead_ms,
+            coalesce_ms=max(0, min(COALESCE_MS, MAX_CLAIM_AHEAD_MS - claim_ahead_ms)),
             lookahead_ms=max(settings.lookahead_ms, settings.claim_ahead_ms + 1000),
             catchup_rate_per_s=settings.catchup_rate_per_s,
             claim_batch=settings.claim_batch,

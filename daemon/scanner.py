@@ -328,7 +328,10 @@ class Scanner:
         self._due_seconds.update(self._wheel.advance(now))
         if not self._due_seconds:
             return
-        upto = now + self.config.claim_ahead_ms
+        # Also what falls due up to `coalesce_ms` later: its timers are dropped below,
+        # so a steady trickle costs one claim round per window, not one per job.
+        claimed_through = now + self.config.coalesce_ms
+        upto = claimed_through + self.config.claim_ahead_ms
         claimed: list[Claimed] = []
         done: list[int] = []
         swept: dict[int, SecondEntry | None] = {}
@@ -356,18 +359,19 @@ class Scanner:
             self._last_claim_round_ms = now
             if claimed:
                 await self._publish(claimed)
-            await self._finish(done, swept, now)
+            await self._finish(done, swept, claimed_through)
 
     async def _finish(
-        self, seconds: list[int], swept: dict[int, SecondEntry | None], now: int
+        self, seconds: list[int], swept: dict[int, SecondEntry | None], claimed_through: int
     ) -> None:
-        """Every entry of these seconds that fired is done: its job was claimed, or it
-        is no longer pending then (cancelled, moved; a move renews a second)."""
+        """Every entry of these seconds whose timer runs out by `claimed_through` is
+        done: its job was claimed, or it is no longer pending then (cancelled, moved;
+        a move renews the second, which is read again)."""
         for second in seconds:
             held = self._held.get(second)
             if held is None:
                 continue
-            for key in [k for k, t in held.jobs.items() if t.deadline_ms <= now]:
+            for key in [k for k, t in held.jobs.items() if t.deadline_ms <= claimed_through]:
                 held.jobs.pop(key).cancel()
             if second in swept:
                 entry = swept[second]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from daemon.lease import LEASE_NAME
+from daemon.scan_state import COALESCE_MS
 from tests.unit.daemon_harness import (
     BIZ,
     CLAIM_AHEAD_MS,
@@ -48,8 +49,10 @@ async def test_jobs_are_published_claim_ahead_before_due_and_never_more_than_2s(
         times = h.queue.times(job_id)
         assert len(times) == 1, f"{job_id}: expected one publish, got {times}"
         ahead = due_at - times[0]
-        assert 0 <= ahead <= CLAIM_AHEAD_MS, (
-            f"{job_id}: expected publish 0..{CLAIM_AHEAD_MS} ms before due, got {ahead} ms"
+        # Claimed ahead, with what falls due within the coalescing window after.
+        assert 0 <= ahead <= CLAIM_AHEAD_MS + COALESCE_MS, (
+            f"{job_id}: expected publish 0..{CLAIM_AHEAD_MS + COALESCE_MS} ms before due,"
+            f" got {ahead} ms"
         )
         assert ahead <= 2000
         job = await store.jobs.get_job(BIZ, job_id)
@@ -68,6 +71,25 @@ async def test_claims_are_batched_per_second(store: MemoryStore, clock: FakeCloc
     assert len(h.queue.published) == 500
     # At most one claim per second per 50 ms round (plus rounding), not one per job.
     assert store.ops["claim_due"] <= 2 * 1000 // 50 + 4, store.ops
+
+
+async def test_a_trickle_is_claimed_a_window_at_a_time_not_one_job_at_a_time(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    # 25 jobs/s for 10 s, 40 ms apart: every wheel timer its own moment.
+    due = {f"t{i}": start + 3000 + 40 * i for i in range(250)}
+    await create(store, start, *due.items())
+    await run_until(start + 15_000, h, max_step_ms=10)
+
+    for job_id, due_at in due.items():
+        times = h.queue.times(job_id)
+        assert len(times) == 1, f"{job_id}: expected one publish, got {times}"
+        assert 0 <= due_at - times[0] <= CLAIM_AHEAD_MS + COALESCE_MS, (job_id, times)
+    # One claim per coalescing window (and one more where a second begins), not 250.
+    windows = 10_000 // COALESCE_MS + 10
+    assert store.ops["claim_due"] <= windows, store.ops
 
 
 async def test_a_herd_is_claimed_in_bounded_steps_with_other_seconds_between(
@@ -137,8 +159,9 @@ async def test_rescheduled_job_is_published_at_its_new_time_only(
 
     times = h.queue.times("moved")
     assert len(times) == 1, f"expected one publish, got {times}"
-    assert new_due - CLAIM_AHEAD_MS <= times[0] <= new_due, (
-        f"expected publish in [{new_due - CLAIM_AHEAD_MS}, {new_due}], got {times[0]}"
+    earliest = new_due - CLAIM_AHEAD_MS - COALESCE_MS
+    assert earliest <= times[0] <= new_due, (
+        f"expected publish in [{earliest}, {new_due}], got {times[0]}"
     )
     assert h.queue.published[0].next_attempt_at == new_due
 
@@ -168,7 +191,7 @@ async def test_job_written_into_a_loaded_second_after_loading_is_published(
     assert len(h.queue.times("first")) == 1
     assert len(h.queue.times("second")) == 1
     t = h.queue.times("second")[0]
-    assert start + 2600 - CLAIM_AHEAD_MS <= t <= start + 2600, t
+    assert start + 2600 - CLAIM_AHEAD_MS - COALESCE_MS <= t <= start + 2600, t
 
 
 async def test_without_watch_or_nudge_the_safety_poll_finds_a_missed_job(
