@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from daemon.wheel import Timer
@@ -28,9 +29,11 @@ class BacklogSecond:
     done: int = 0  # how many of `due` are claimed
 
 
-# A claim also takes what falls due this much after its own window: at low rates one
-# round per ~half second instead of one per job (4 commands each on the wire).
+# A claim also takes what falls due up to this much after its own window: at low rates
+# one round per ~half second instead of one per job (4 commands each on the wire).
 COALESCE_MS = 500
+# ... but only about this many jobs' worth at the current rate (`ClaimPace`).
+COALESCE_JOBS = 32
 
 
 @dataclass(slots=True)
@@ -66,3 +69,30 @@ def claim_limit(held: Held | None, batch: int) -> int | None:
     of jobs and not written into since; `batch` for any other."""
     small = held is not None and held.sweep is None and len(held.jobs) <= batch
     return None if small else batch
+
+
+@dataclass(slots=True)
+class ClaimPace:
+    """How far past its own window a live claim reaches: `most_ms` while claims are
+    few, less as they grow, so that a window holds about `jobs` jobs at the rate of the
+    last second. A trickle then costs one claim round per window instead of one per
+    job, while a steady flow still goes out in small groups: 500 ms windows at 500
+    jobs/s handed the broker 250 messages at once, and its sends due meanwhile waited
+    (delivery p99 3.4 -> 8.2 ms, bench/lateness_bench.py --store memory)."""
+
+    most_ms: int
+    jobs: int = COALESCE_JOBS
+    _recent: deque[tuple[int, int]] = field(default_factory=deque)
+    _count: int = 0
+
+    def window_ms(self, now: int) -> int:
+        while self._recent and self._recent[0][0] <= now - 1000:
+            self._count -= self._recent.popleft()[1]
+        if self._count <= 0:
+            return self.most_ms
+        return min(self.most_ms, self.jobs * 1000 // self._count)
+
+    def claimed(self, now: int, count: int) -> None:
+        if count:
+            self._recent.append((now, count))
+            self._count += count

@@ -6,8 +6,8 @@ returns or until `wake` is set (nudge, watch event, lease change). In order:
 1. refresh: (re)load seconds that a watch event or nudge reported, list the
    non-empty seconds that entered the look-ahead window, and every ~10 s a
    safety poll of everything up to the window's end;
-2. live: advance the wheel to now; every second with an expired entry gets
-   one `claim_due(second, now + claim_ahead_ms)`; publish what was claimed;
+2. live: advance the wheel to now; every second with an expired entry gets one
+   `claim_due(second, now + claim_ahead_ms + a coalescing window)`; publish it;
 3. catch-up: at most `catchup_rate_per_s` jobs of seconds older than the
    takeover, oldest first, so a backlog never delays the live window;
 4. save the time pointer when it moved.
@@ -26,7 +26,7 @@ import logging
 from daemon.lease import Lead, Term, narrowed
 from daemon.publisher import Publisher
 from daemon.rounds import Rounds
-from daemon.scan_state import BacklogSecond, Held, ScanConfig, claim_limit
+from daemon.scan_state import BacklogSecond, ClaimPace, Held, ScanConfig, claim_limit
 from daemon.wheel import TimingWheel
 from timer_service.clock import Clock
 from timer_service.dispatch import Claimed, SecondEntry
@@ -83,8 +83,7 @@ class Scanner:
         return len(self._wheel)
 
     def has(self, second: int) -> bool:
-        """The scanner holds `second` (loaded, or the catch-up's current one), or its
-        window scan will list it."""
+        """Whether `second` is loaded, the catch-up's current one, or still to be listed."""
         return (
             second in self._held
             or second >= self._scan_from_s
@@ -140,6 +139,7 @@ class Scanner:
         self._tokens = 0.0
         self._tokens_at_ms = now
         self._last_claim_round_ms = -(10**12)
+        self._pace = ClaimPace(self.config.coalesce_ms)
         self._last_poll_ms = now
         self._saved_pointer: int | None = None
 
@@ -328,9 +328,8 @@ class Scanner:
         self._due_seconds.update(self._wheel.advance(now))
         if not self._due_seconds:
             return
-        # Also what falls due up to `coalesce_ms` later: its timers are dropped below,
-        # so a steady trickle costs one claim round per window, not one per job.
-        claimed_through = now + self.config.coalesce_ms
+        # And what falls due a little later (`ClaimPace`); `_finish` drops its timers.
+        claimed_through = now + self._pace.window_ms(now)
         upto = claimed_through + self.config.claim_ahead_ms
         claimed: list[Claimed] = []
         done: list[int] = []
@@ -357,6 +356,7 @@ class Scanner:
             # error, a lost lease): those jobs are dispatched now, and only this publish
             # sends them on time. Seconds not done stay due for the next round.
             self._last_claim_round_ms = now
+            self._pace.claimed(now, len(claimed))
             if claimed:
                 await self._publish(claimed)
             await self._finish(done, swept, claimed_through)
@@ -364,9 +364,8 @@ class Scanner:
     async def _finish(
         self, seconds: list[int], swept: dict[int, SecondEntry | None], claimed_through: int
     ) -> None:
-        """Every entry of these seconds whose timer runs out by `claimed_through` is
-        done: its job was claimed, or it is no longer pending then (cancelled, moved;
-        a move renews the second, which is read again)."""
+        """Every entry of these seconds whose timer runs out by `claimed_through` is done:
+        claimed, or no longer pending (cancelled; moved, which renews the second)."""
         for second in seconds:
             held = self._held.get(second)
             if held is None:

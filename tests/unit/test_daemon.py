@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -90,6 +91,23 @@ async def test_a_trickle_is_claimed_a_window_at_a_time_not_one_job_at_a_time(
     # One claim per coalescing window (and one more where a second begins), not 250.
     windows = 10_000 // COALESCE_MS + 10
     assert store.ops["claim_due"] <= windows, store.ops
+
+
+async def test_a_steady_flow_is_claimed_in_small_groups_not_whole_windows(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # 500 jobs/s: a 500 ms window would hand the broker 250 messages at once.
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    due = {f"s{i}": start + 3000 + 2 * i for i in range(2000)}
+    await create(store, start, *due.items())
+    await run_until(start + 8000, h, max_step_ms=10)
+
+    groups = Counter(t for t, _ in h.queue.at)
+    assert sum(groups.values()) == 2000
+    settled = [n for t, n in sorted(groups.items()) if t >= start + 3000]  # after 1 s of flow
+    # About COALESCE_JOBS (32) per claim once the rate is known; 250 with whole windows.
+    assert settled and max(settled) <= 100, sorted(groups.values())[-10:]
 
 
 async def test_a_herd_is_claimed_in_bounded_steps_with_other_seconds_between(
