@@ -29,6 +29,16 @@ async def test_a_retried_send_mark_returns_what_the_first_try_marked(store: Stor
     assert await store.outcomes.start_sending(refs, "t2", NOW + 3) == {}  # another sender
 
 
+async def test_a_lone_job_s_retried_send_mark_returns_it(store: Store) -> None:
+    # One job is marked by another path on MongoDB (a find-and-modify): same answers.
+    await create(store, new("a"))
+    [c] = await claim_second(store, second_of(NOW + 5000))
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    assert set(await store.outcomes.start_sending([ref], "t1", NOW + 1)) == {"orders/a"}
+    assert set(await store.outcomes.start_sending([ref], "t1", NOW + 2)) == {"orders/a"}
+    assert await store.outcomes.start_sending([ref], "t2", NOW + 3) == {}
+
+
 def ids_of(jobs: list[Job]) -> list[str]:
     return sorted(j.job_id for j in jobs)
 

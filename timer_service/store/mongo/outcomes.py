@@ -7,7 +7,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pymongo import UpdateOne
+from pymongo import ReturnDocument, UpdateOne
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
@@ -32,7 +32,10 @@ class MongoOutcomes:
     ) -> dict[str, Job]:
         """One conditional update per (bucket, claim) — the jobs of one claim round
         share their claim, so a batch is a few statements, not one per job — then one
-        read per bucket of what this token marked; the buckets at once."""
+        read per bucket of what this token marked; the buckets at once. A lone job
+        (every mark, at a trickle) is one find-and-modify instead of the two."""
+        if len(refs) == 1:
+            return await self._mark_one(refs[0], send_token, now_ms)
         groups: dict[tuple[int, str, bool], list[str]] = defaultdict(list)
         for ref in refs:
             groups[(self._l.bucket_no(ref.second), ref.claim, ref.retake)].append(_ref_key(ref))
@@ -53,6 +56,19 @@ class MongoOutcomes:
             )
         )
         return {d["_id"]: doc_to_job(d) for docs in found for d in docs}
+
+    async def _mark_one(self, ref: SendRef, send_token: str, now_ms: int) -> dict[str, Job]:
+        bucket = self._l.buckets[self._l.bucket_no(ref.second)]
+        key = _ref_key(ref)
+        change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
+        doc = await bucket.find_one_and_update(
+            {"_id": key, **guard_filter(change.guard)},
+            change_update(change),
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:  # cancelled or taken over meanwhile, or a retry of this mark
+            doc = await bucket.find_one({"_id": key, "sending": send_token})
+        return {} if doc is None else {key: doc_to_job(doc)}
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         """Outcomes that keep the job in its bucket (delivered, dead, a retry into the

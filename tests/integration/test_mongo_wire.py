@@ -1,0 +1,74 @@
+"""MongoDB only: how many commands the hot path's calls send (each is a round trip)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+from pymongo import AsyncMongoClient, monitoring
+
+from tests.contract.stores import NOW, claim_second, create, new
+from tests.support import SecantusServer, unique_name
+from timer_service.dispatch import SendRef
+from timer_service.model import second_of
+from timer_service.store.mongo import MongoStore
+
+pytestmark = pytest.mark.integration
+
+
+class Commands(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.sent: Counter[str] = Counter()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in {"hello", "isMaster", "ping", "endSessions"}:
+            self.sent[event.command_name] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.fixture
+async def wired(secantus: SecantusServer) -> AsyncIterator[tuple[MongoStore, Commands]]:
+    commands = Commands()
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        secantus.url, tz_aware=True, event_listeners=[commands]
+    )
+    store = MongoStore(secantus.url, unique_name("wire"), buckets=60, client=client)
+    await store.setup()
+    yield store, commands
+    await store.drop_database()
+    await store.close()
+
+
+async def claimed_refs(store: MongoStore, *job_ids: str) -> list[SendRef]:
+    await create(store, *(new(j) for j in job_ids))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    return [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+
+
+async def test_a_lone_job_s_send_mark_is_one_command(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    # At a trickle every mark is of one job: an update and a read of what it took
+    # were two round trips per fired job.
+    store, commands = wired
+    refs = await claimed_refs(store, "a")
+    commands.sent.clear()
+    marked = await store.outcomes.start_sending(refs, "t1", NOW + 1)
+    assert set(marked) == {"orders/a"} and marked["orders/a"].payload_json == "null"
+    assert sum(commands.sent.values()) == 1, commands.sent
+
+
+async def test_a_batch_s_send_mark_is_an_update_and_a_read_per_bucket(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    store, commands = wired
+    refs = await claimed_refs(store, "a", "b", "c")
+    commands.sent.clear()
+    assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 3
+    assert commands.sent == Counter({"update": 1, "find": 1}), commands.sent
