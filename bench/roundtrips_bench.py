@@ -105,6 +105,10 @@ async def run(jobs: int, seconds: int) -> None:
         store_cpu0 = process_cpu_s(server.proc.pid)
         await daemon.start()
         await broker.start()
+        # Start-up (the takeover sweep of every bucket, the first overdue sweep) is
+        # counted apart: it is paid once per takeover, not per fired job.
+        await asyncio.sleep(max(0.0, (first_due - 200 - clock.now_ms()) / 1000))
+        wire_started = Counter(wire.counts)
         deadline = time.monotonic() + seconds + 120
         while time.monotonic() < deadline:
             delivered = metrics.registry.get_sample_value(
@@ -133,15 +137,25 @@ async def run(jobs: int, seconds: int) -> None:
             if count > 0:
                 print(f"| {name} | {count:,} | {count / jobs:.3f} |")
         print(f"| **all** | {total:,} | **{total / jobs:.3f}** |")
-        sent = Counter(wire.counts)
-        sent.subtract(wire_before)
-        wire_total = sum(v for v in sent.values() if v > 0)
-        print("\n| command on the wire (round trip) | collection | count | per fired job |")
+        startup = Counter(wire_started)
+        startup.subtract(wire_before)
+        firing = Counter(wire.counts)
+        firing.subtract(wire_started)
+        firing_total = sum(v for v in firing.values() if v > 0)
+        print("\n| command on the wire while firing | collection | count | per fired job |")
         print("|---|---|---|---|")
-        for (name, family), count in sorted(sent.items(), key=lambda kv: -kv[1]):
+        for (name, family), count in sorted(firing.items(), key=lambda kv: -kv[1]):
             if count > 0:
                 print(f"| {name} | {family} | {count:,} | {count / jobs:.3f} |")
-        print(f"| **all** | | {wire_total:,} | **{wire_total / jobs:.3f}** |")
+        print(f"| **all** | | {firing_total:,} | **{firing_total / jobs:.3f}** |")
+        polls = max(0, firing[("getMore", "seconds")])
+        print(
+            f"\nround trips per fired job: {firing_total / jobs:.3f} while firing, "
+            f"{(firing_total - polls) / jobs:.3f} without the change stream's getMores "
+            f"(the embedded store answers one per write anywhere; MongoDB at most 1/s); "
+            f"start-up before the first due job (takeover sweep of every bucket): "
+            f"{sum(v for v in startup.values() if v > 0):,} commands, apart"
+        )
         print(
             f"\ndaemon + broker CPU: {cpu:.1f} s over {wall:.0f} s = "
             f"{cpu * 1e6 / jobs:.0f} µs per fired job"
