@@ -50,8 +50,11 @@ class Costs:
     daemon_cpu_us: float = 855.0
     broker_cpu_us: float = 306.0  # callback_bench (in-memory store), outcome writes included
     store_writes: float = 3.0  # claim, send mark, outcome (docs/architecture.md)
-    store_round_trips: float = 0.22  # roundtrips_bench, hot path + periodic
-    store_cpu_ms_secantus: float = 13.0  # roundtrips_bench, SecantusDB only
+    # roundtrips_bench --jobs 2000 (200/s): commands on the wire while firing, without
+    # the embedded store's change-stream polls; batches grow with the rate, so this
+    # overstates 10,000/s.
+    store_round_trips: float = 0.29
+    store_cpu_ms_secantus: float = 7.7  # roundtrips_bench --jobs 2000, SecantusDB only
     wheel_bytes_per_timer: float = 145.0  # wheel_bench
     lookahead_s: float = 5.0  # TIMER_LOOKAHEAD_MS default: what the wheel holds
     rabbit_msgs: float = 2.0  # a publish and an ack per fired job
