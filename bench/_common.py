@@ -1,8 +1,10 @@
-"""Pieces several benchmarks share: a store of either kind, a helper server process."""
+"""Pieces several benchmarks share: a store of either kind, a helper server process,
+another process's CPU time."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -17,6 +19,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.support import SecantusServer  # noqa: E402
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def make_store(kind: str, secantus: SecantusServer | None) -> Any:

@@ -41,16 +41,9 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._common import process_cpu_s  # noqa: E402
 from tests.e2e.harness import Arrival, Receiver, Service, now_ms  # noqa: E402
 from tests.support import AMQP_URL, SecantusServer, drop_topology_sync, free_port  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def histogram_quantiles(texts: list[str], name: str) -> tuple[float, float]:
@@ -159,12 +152,12 @@ async def measure(
         pids = {name: s.proc.pid for name, s in services.items() if s.proc is not None}
         assert server.proc is not None
         pids["store"] = server.proc.pid
-        cpu0 = {name: cpu_s(pid) for name, pid in pids.items()}
+        cpu0 = {name: process_cpu_s(pid) for name, pid in pids.items()}
         deadline = time.monotonic() + args.seconds + 120
         wanted = {job_id for _, job_id in jobs}
         while time.monotonic() < deadline and not wanted <= {a.job_id for a in receiver.arrivals}:
             await asyncio.sleep(0.2)
-        cpu1 = {name: cpu_s(pid) for name, pid in pids.items()}
+        cpu1 = {name: process_cpu_s(pid) for name, pid in pids.items()}
         published = histogram_quantiles(
             await scrape(services, "daemon"), "timer_dispatch_lateness_seconds"
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 import time
 import uuid
@@ -30,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import process_cpu_s
 from daemon.app import Daemon
 from timer_service.clock import SystemClock
 from timer_service.jobs import NewJob
@@ -39,12 +39,6 @@ from timer_service.settings import Settings
 from timer_service.store.recording import recording
 
 YEAR_MS = 365 * 86_400_000
-
-
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
 async def park(store: Any, count: int) -> float:
@@ -68,9 +62,9 @@ async def costs(
 ) -> tuple[float, float, float | None]:
     """Wall seconds, this process's CPU seconds and the store server's (if any) for `work`."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    server0 = proc_cpu_s(server_pid) if server_pid else 0.0
+    server0 = process_cpu_s(server_pid) if server_pid else 0.0
     await work
-    server = (proc_cpu_s(server_pid) - server0) if server_pid else None
+    server = (process_cpu_s(server_pid) - server0) if server_pid else None
     return time.perf_counter() - wall0, time.process_time() - cpu0, server
 
 

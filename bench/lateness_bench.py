@@ -56,7 +56,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _common import make_store, serve_protocol, start_server_process  # noqa: E402
+from _common import make_store, process_cpu_s, serve_protocol, start_server_process  # noqa: E402
 
 from broker.app import Broker  # noqa: E402
 from daemon.app import Daemon  # noqa: E402
@@ -215,12 +215,6 @@ def pct(values: Sequence[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of another process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def register(store: Any, jobs: Sequence[NewJob], batch: int = 1000) -> None:
     for start in range(0, len(jobs), batch):
         await store.jobs.create_jobs(jobs[start : start + batch], now_ms())
@@ -287,7 +281,7 @@ async def one_run(
             if ahead_s < 1.5:
                 print("    WARNING: registration ate the lead; raise --lead")
         cpu0 = time.process_time()
-        server_cpu0 = proc_cpu_s(server_pid) if server_pid else 0.0
+        server_cpu0 = process_cpu_s(server_pid) if server_pid else 0.0
         gc_pauses.install()
         await daemon.start()
         await broker.start()
@@ -306,7 +300,7 @@ async def one_run(
                     break
                 await asyncio.sleep(0.01)
         cpu = time.process_time() - cpu0
-        server_cpu = proc_cpu_s(server_pid) - server_cpu0 if server_pid else 0.0
+        server_cpu = process_cpu_s(server_pid) - server_cpu0 if server_pid else 0.0
         gc_pauses.remove()
         if registering is not None:
             await registering

@@ -31,16 +31,10 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._common import process_cpu_s  # noqa: E402
 from tests.support import VENV_BIN, SecantusServer, free_port, wait_port  # noqa: E402
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 BIZ = "bench"
-
-
-def cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
 @dataclass
@@ -96,10 +90,10 @@ def body(run: str, i: int) -> dict[str, object]:
 
 
 async def measure(pid: int, work: object) -> tuple[float, float, float]:
-    api0, client0, t0 = cpu_s(pid), time.process_time(), time.perf_counter()
+    api0, client0, t0 = process_cpu_s(pid), time.process_time(), time.perf_counter()
     await work  # type: ignore[misc]
     wall = time.perf_counter() - t0
-    return wall, cpu_s(pid) - api0, time.process_time() - client0
+    return wall, process_cpu_s(pid) - api0, time.process_time() - client0
 
 
 async def single_run(

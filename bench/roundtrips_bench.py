@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 import uuid
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from http_client_bench import start_receiver  # noqa: E402
 
+from bench._common import process_cpu_s  # noqa: E402
 from broker.app import Broker  # noqa: E402
 from daemon.app import Daemon  # noqa: E402
 from tests.support import SecantusServer  # noqa: E402
@@ -69,12 +69,6 @@ class WireCount(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU of a process (Linux /proc), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run(jobs: int, seconds: int) -> None:

@@ -14,27 +14,21 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import pymongo
-from _common import SecantusServer
-
-
-def server_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+from _common import SecantusServer, process_cpu_s
 
 
 def probe(client: pymongo.MongoClient, pid: int) -> tuple[float, float]:
     coll = client["probe"]["c"]
     if coll.estimated_document_count() == 0:
         coll.insert_many([{"_id": i, "x": 0} for i in range(200)])
-    started, cpu = time.perf_counter(), server_cpu_s(pid)
+    started, cpu = time.perf_counter(), process_cpu_s(pid)
     for i in range(1000):
         coll.find_one({"_id": i % 200})
     for i in range(300):
         coll.update_one({"_id": i % 200}, {"$inc": {"x": 1}})
-    return time.perf_counter() - started, server_cpu_s(pid) - cpu
+    return time.perf_counter() - started, process_cpu_s(pid) - cpu
 
 
 def churn(client: pymongo.MongoClient, name: str) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.roundtrips_bench import process_cpu_s  # noqa: E402
+from bench._common import process_cpu_s  # noqa: E402
 from tests.support import SecantusServer  # noqa: E402
 from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SendRef  # noqa: E402
 from timer_service.jobs import NewJob  # noqa: E402
