@@ -1,161 +1,24 @@
-"""The REST API over the in-memory store: every endpoint and status of docs/api.md."""
+"""The REST API over the in-memory store: every endpoint and status of docs/api.md
+(listing, health and the schema: test_api_list_health.py)."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.contract.stores import list_jobs
-from timer_service.api import create_app
-from timer_service.clock import FakeClock
-from timer_service.dispatch import Outcome, OutcomeKind, SendRef
-from timer_service.metrics import Metrics
-from timer_service.model import Attempt
-from timer_service.settings import Settings
-from timer_service.store.memory import MemoryStore
-from timer_service.store.recording import recording
-
-NOW = 1_767_225_600_000  # FakeClock's start: 2026-01-01T00:00:00Z
-CALLBACK = {"callback_url": "http://127.0.0.1:9000/cb"}
-
-
-# -- harness ------------------------------------------------------------------
-
-
-class Api:
-    """An app over a MemoryStore, a FakeClock and a fresh registry, with an HTTP client."""
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        store: MemoryStore,
-        clock: FakeClock,
-        metrics: Metrics,
-        written: list[list[int]],
-    ) -> None:
-        self.client = client
-        self.store = store
-        self.clock = clock
-        self.metrics = metrics
-        self.written = written
-
-    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
-        return await self.client.request(method, url, **kw)
-
-    async def put_biz(self, name: str = "orders", **config: Any) -> httpx.Response:
-        return await self.request("PUT", f"/v1/biz-types/{name}", json={**CALLBACK, **config})
-
-    async def create(self, **body: Any) -> httpx.Response:
-        return await self.request("POST", "/v1/jobs", json=body)
-
-    async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        biz = [b.to_public() for b in await self.store.biz_types.list_biz_types()]
-        jobs, _ = await list_jobs(self.store, None, None, 1000, None)
-        return biz, [j.to_public() for j in jobs]
-
-    def created_total(self, biz_type: str) -> float:
-        value = self.metrics.registry.get_sample_value(
-            "timer_jobs_created_total", {"biz_type": biz_type}
-        )
-        return value or 0.0
-
-
-ApiFactory = Callable[..., AsyncIterator[Api]]
-
-
-@pytest.fixture
-async def make_api() -> AsyncIterator[Callable[..., Any]]:
-    clients: list[httpx.AsyncClient] = []
-
-    async def make(store: Any = None, ready_checks: Sequence[Any] = (), **settings: Any) -> Api:
-        if store is None:
-            store = recording(MemoryStore(buckets=60, retention_ms=86_400_000))
-        await store.setup()
-        clock = FakeClock(NOW)
-        metrics = Metrics()
-        written: list[list[int]] = []
-        app = create_app(
-            Settings(_env_file=None, **settings),  # type: ignore[call-arg]
-            store,
-            metrics,
-            clock,
-            on_jobs_written=lambda seconds: written.append(list(seconds)),
-            ready_checks=ready_checks,
-        )
-        transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-        client = httpx.AsyncClient(transport=transport, base_url="http://api")
-        clients.append(client)
-        return Api(client, store, clock, metrics, written)
-
-    yield make
-    for client in clients:
-        await client.aclose()
-
-
-@pytest.fixture
-async def api(make_api: Callable[..., Any]) -> Api:
-    api = await make_api()
-    assert (await api.put_biz()).status_code == 201
-    return api
-
-
-def expect(response: httpx.Response, status: int) -> Any:
-    assert response.status_code == status, (
-        f"{response.request.method} {response.request.url}: expected {status}, "
-        f"got {response.status_code}: {response.text[:500]}"
-    )
-    if status == 204:
-        assert response.content == b"", f"expected an empty body, got {response.text!r}"
-        return None
-    if status >= 400:
-        return expect_problem(response, status)
-    return response.json()
-
-
-def expect_problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    content_type = response.headers.get("content-type", "")
-    assert content_type.startswith("application/problem+json"), (
-        f"expected application/problem+json, got {content_type!r}"
-    )
-    body = response.json()
-    assert {"type", "title", "status", "detail"} <= body.keys(), f"not a problem: {body}"
-    assert body["status"] == status, f"expected status {status} in body, got {body}"
-    if status == 422:
-        assert body["errors"], f"422 without errors: {body}"
-        for error in body["errors"]:
-            assert isinstance(error["loc"], list) and isinstance(error["msg"], str), error
-    return body
-
-
-def locs(problem: dict[str, Any]) -> list[list[Any]]:
-    return [e["loc"] for e in problem.get("errors", [])]
-
-
-async def finish(store: MemoryStore, biz_type: str, job_id: str, kind: OutcomeKind) -> None:
-    """Drive a job through claim and one callback outcome, as daemon and broker would."""
-    job = await store.jobs.get_job(biz_type, job_id)
-    assert job is not None and job.next_attempt_at is not None
-    second = job.next_attempt_at // 1000
-    claimed = await store.dispatch.claim_due(second, job.next_attempt_at, "c1", 1, NOW)
-    assert [c.job_id for c in claimed] == [job_id], f"claim failed: {claimed}"
-    attempt = Attempt(1, NOW, 500 if kind != OutcomeKind.DELIVERED else 200, None, 3)
-    ref = SendRef(biz_type, job_id, second, "c1")
-    await store.outcomes.record_outcomes([Outcome(ref, kind, attempt)], NOW)
-
-
-async def dispatch(store: MemoryStore, biz_type: str, job_id: str) -> None:
-    job = await store.jobs.get_job(biz_type, job_id)
-    assert job is not None and job.next_attempt_at is not None
-    claimed = await store.dispatch.claim_due(
-        job.next_attempt_at // 1000, job.next_attempt_at, "c1", 1, NOW
-    )
-    assert claimed, "claim failed"
-
+from tests.unit.api_harness import (
+    CALLBACK,
+    NOW,
+    Api,
+    dispatch,
+    expect,
+    finish,
+    locs,
+)
+from timer_service.dispatch import OutcomeKind, SendRef
 
 # -- biz types -----------------------------------------------------------------
 
@@ -595,97 +458,3 @@ async def test_replay_delivered_job_is_409(api: Api) -> None:
     job = expect(await api.request("GET", "/v1/jobs/orders/a"), 200)
     assert job["state"] == "delivered" and job["history"][0]["status_code"] == 200, job
     expect(await api.request("POST", "/v1/jobs/orders/a/replay"), 409)
-
-
-# -- list ------------------------------------------------------------------------
-
-
-async def test_list_pages_and_filters(api: Api) -> None:
-    expect(await api.put_biz("billing"), 201)
-    for i in range(5):
-        expect(await api.create(biz_type="orders", job_id=f"o{i}", delay_ms=1000), 201)
-    expect(await api.create(biz_type="billing", job_id="b0", delay_ms=1000), 201)
-    expect(await api.request("DELETE", "/v1/jobs/orders/o3"), 200)
-
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params: dict[str, Any] = {"biz_type": "orders", "limit": 2}
-        if cursor:
-            params["cursor"] = cursor
-        page = expect(await api.request("GET", "/v1/jobs", params=params), 200)
-        assert len(page["items"]) <= 2
-        seen += [job["job_id"] for job in page["items"]]
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert seen == ["o0", "o1", "o2", "o3", "o4"], seen
-
-    everything = expect(await api.request("GET", "/v1/jobs"), 200)
-    assert len(everything["items"]) == 6 and everything["next_cursor"] is None, everything
-    cancelled = expect(await api.request("GET", "/v1/jobs", params={"state": "cancelled"}), 200)
-    assert [j["job_id"] for j in cancelled["items"]] == ["o3"], cancelled
-    full = expect(await api.request("GET", "/v1/jobs", params={"limit": 1000}), 200)
-    assert len(full["items"]) == 6
-
-
-@pytest.mark.parametrize(
-    ("params", "loc"),
-    [
-        ({"limit": 1001}, ["query", "limit"]),
-        ({"limit": 0}, ["query", "limit"]),
-        ({"limit": "many"}, ["query", "limit"]),
-        ({"state": "done"}, ["query", "state"]),
-        ({"biz_type": "Bad!"}, ["query", "biz_type"]),
-    ],
-)
-async def test_list_rejects_bad_query(api: Api, params: dict[str, Any], loc: list[Any]) -> None:
-    problem = expect(await api.request("GET", "/v1/jobs", params=params), 422)
-    assert loc in locs(problem), locs(problem)
-
-
-# -- health and metrics -------------------------------------------------------------
-
-
-async def test_health_ready_metrics(api: Api) -> None:
-    assert expect(await api.request("GET", "/healthz"), 200) == {"status": "ok"}
-    assert expect(await api.request("GET", "/readyz"), 200) == {"status": "ok"}
-    expect(await api.create(biz_type="orders", job_id="m", delay_ms=1), 201)
-    response = await api.request("GET", "/metrics")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
-    assert 'timer_jobs_created_total{biz_type="orders"} 1.0' in response.text, response.text
-
-
-async def test_readyz_fails_when_a_check_fails(make_api: Callable[..., Any]) -> None:
-    async def broken() -> None:
-        raise ConnectionError("queue down")
-
-    api = await make_api(ready_checks=[broken])
-    problem = expect(await api.request("GET", "/readyz"), 503)
-    # What broke goes to the log; the answer names no internals (an unauthenticated
-    # endpoint must not show driver text).
-    assert "queue down" not in problem["detail"] and "queue" in problem["detail"], problem
-
-
-async def test_readyz_fails_when_the_store_does_not_answer(make_api: Callable[..., Any]) -> None:
-    api = await make_api()
-    await api.store.close()
-    expect(await api.request("GET", "/readyz"), 503)
-    assert expect(await api.request("GET", "/healthz"), 200) == {"status": "ok"}
-
-
-async def test_openapi_schema_is_complete(api: Api) -> None:
-    schema = expect(await api.request("GET", "/openapi.json"), 200)
-    text = json.dumps(schema)
-    defined = set(schema["components"]["schemas"])
-    referenced = set(re.findall(r"#/components/schemas/([^\"]+)", text))
-    assert referenced <= defined, f"dangling refs: {referenced - defined}"
-    create = schema["paths"]["/v1/jobs"]["post"]
-    assert create["requestBody"]["content"]["application/json"]["schema"]
-    for status in ("200", "201", "409", "413", "422"):
-        assert status in create["responses"], f"{status} not declared: {create['responses']}"
-    assert "application/problem+json" in create["responses"]["422"]["content"]
-    assert "put" in schema["paths"]["/v1/schedules/{biz_type}/{schedule_id}"]
-    docs = await api.request("GET", "/docs")
-    assert docs.status_code == 200 and "swagger" in docs.text.lower()

@@ -9,15 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import Api, expect
+from tests.unit.api_harness import Api, expect
 from timer_service.api.admission import SHEDDING_HOLD_MS, AdmissionGate
 from timer_service.clock import FakeClock
 from timer_service.metrics import Metrics
 from timer_service.store.faulty import FaultyStore
 from timer_service.store.memory import MemoryStore
-
-make_api = base.make_api
 
 
 def gate(max_inflight: int, max_wait_ms: int) -> tuple[AdmissionGate, FakeClock, Metrics]:

@@ -12,12 +12,8 @@ from fastapi import Request
 from pydantic import ValidationError
 from starlette.types import Message
 
-from tests.unit import test_api as base
-from tests.unit.test_api import Api, expect
+from tests.unit.api_harness import Api, expect
 from timer_service.settings import Settings
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 TOKENS = {"api_tokens": "alice=tok-alice,ci=tok-ci", "api_token": "tok-default"}
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json")

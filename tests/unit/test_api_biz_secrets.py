@@ -9,14 +9,10 @@ from typing import Any
 import pytest
 
 from broker.callback import build_request
-from tests.unit import test_api as base
-from tests.unit.test_api import CALLBACK, NOW, Api, expect, locs
+from tests.unit.api_harness import CALLBACK, NOW, Api, expect, locs
 from timer_service.model import BizType, Job, JobState
 from timer_service.receiver import InvalidSignature, verify_callback
 from timer_service.signing import signing_key
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 DAY_MS = 86_400_000
 JSON = {"Content-Type": "application/json"}

@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import NOW, Api, expect
+from tests.unit.api_harness import NOW, Api, expect
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.model import Attempt, second_of
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 
 async def seed(api: Api, n: int = 12) -> None:

@@ -8,12 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import CALLBACK, Api, expect, locs
+from tests.unit.api_harness import CALLBACK, Api, expect, locs
 from timer_service.api.problems import PROBLEM_DESCRIPTIONS
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 BIZ = "/v1/biz-types/orders"
 

@@ -8,14 +8,11 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import NOW, Api, expect, locs
+from tests.unit.api_harness import NOW, Api, expect, locs
 from timer_service.store.memory import MemoryStore
 
 JSON = {"content-type": "application/json"}
 
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 # -- batch --------------------------------------------------------------------
 

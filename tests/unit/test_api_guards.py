@@ -9,14 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import Api, expect
+from tests.unit.api_harness import Api, expect
 from timer_service.api.guards import host_of, is_json_media_type
 from timer_service.dev import banner
 from timer_service.settings import LOOPBACK_HOSTS, Settings
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 JOB = json.dumps({"biz_type": "orders", "job_id": "j", "delay_ms": 60_000}).encode()
 

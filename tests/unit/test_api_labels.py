@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import NOW, Api, expect
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
+from tests.unit.api_harness import NOW, Api, expect
 
 
 def body(job_id: str = "j1", **fields: Any) -> dict[str, Any]:

@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import Api, expect
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
+from tests.unit.api_harness import Api, expect
 
 
 def job(n: int, biz_type: str = "orders") -> dict[str, Any]:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.contract.stores import list_jobs
-from tests.unit.test_api import expect, locs
+from tests.unit.api_harness import expect, locs
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed

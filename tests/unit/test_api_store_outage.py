@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.unit import test_api as base
-from tests.unit.test_api import expect
+from tests.unit.api_harness import expect
 from timer_service.errors import StoreUnavailable
 from timer_service.model import BizType
 from timer_service.store.faulty import FaultyStore
 from timer_service.store.memory import MemoryStore
-
-make_api = base.make_api
 
 
 async def test_a_store_outage_is_503_with_retry_after(make_api: Callable[..., Any]) -> None:

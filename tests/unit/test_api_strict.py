@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit import test_api as base
-from tests.unit.test_api import NOW, Api, expect, locs
+from tests.unit.api_harness import NOW, Api, expect, locs
 from timer_service.constants import (
     MAX_BURST,
     MAX_CONCURRENCY,
@@ -17,9 +16,6 @@ from timer_service.constants import (
     MIN_DUE_AT_MS,
     MIN_RATE_LIMIT_PER_S,
 )
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 CALLBACK = "http://127.0.0.1:9000/cb"
 

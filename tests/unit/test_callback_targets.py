@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tests.unit import test_api as base
-from tests.unit.test_api import Api, expect, locs
+from tests.unit.api_harness import Api, expect, locs
 from timer_service.callback_targets import (
     TargetPolicy,
     literal_address,
@@ -20,9 +19,6 @@ from timer_service.callback_targets import (
 )
 from timer_service.model import BizType
 from timer_service.settings import Settings
-
-api = base.api  # fixtures shared with test_api
-make_api = base.make_api
 
 DEFAULT = TargetPolicy()
 STRICT = TargetPolicy(

@@ -1,0 +1,154 @@
+"""The REST API over the in-memory store, driven in-process: the app, its client and
+the assertions every API test file shares (fixtures `make_api` and `api`, offered to
+every unit test by tests/unit/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.contract.stores import list_jobs
+from timer_service.api import create_app
+from timer_service.clock import FakeClock
+from timer_service.dispatch import Outcome, OutcomeKind, SendRef
+from timer_service.metrics import Metrics
+from timer_service.model import Attempt
+from timer_service.settings import Settings
+from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import recording
+
+NOW = 1_767_225_600_000  # FakeClock's start: 2026-01-01T00:00:00Z
+CALLBACK = {"callback_url": "http://127.0.0.1:9000/cb"}
+
+
+class Api:
+    """An app over a MemoryStore, a FakeClock and a fresh registry, with an HTTP client."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        store: MemoryStore,
+        clock: FakeClock,
+        metrics: Metrics,
+        written: list[list[int]],
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self.written = written
+
+    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        return await self.client.request(method, url, **kw)
+
+    async def put_biz(self, name: str = "orders", **config: Any) -> httpx.Response:
+        return await self.request("PUT", f"/v1/biz-types/{name}", json={**CALLBACK, **config})
+
+    async def create(self, **body: Any) -> httpx.Response:
+        return await self.request("POST", "/v1/jobs", json=body)
+
+    async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        biz = [b.to_public() for b in await self.store.biz_types.list_biz_types()]
+        jobs, _ = await list_jobs(self.store, None, None, 1000, None)
+        return biz, [j.to_public() for j in jobs]
+
+    def created_total(self, biz_type: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "timer_jobs_created_total", {"biz_type": biz_type}
+        )
+        return value or 0.0
+
+
+ApiFactory = Callable[..., AsyncIterator[Api]]
+
+
+@pytest.fixture
+async def make_api() -> AsyncIterator[Callable[..., Any]]:
+    clients: list[httpx.AsyncClient] = []
+
+    async def make(store: Any = None, ready_checks: Sequence[Any] = (), **settings: Any) -> Api:
+        if store is None:
+            store = recording(MemoryStore(buckets=60, retention_ms=86_400_000))
+        await store.setup()
+        clock = FakeClock(NOW)
+        metrics = Metrics()
+        written: list[list[int]] = []
+        app = create_app(
+            Settings(_env_file=None, **settings),  # type: ignore[call-arg]
+            store,
+            metrics,
+            clock,
+            on_jobs_written=lambda seconds: written.append(list(seconds)),
+            ready_checks=ready_checks,
+        )
+        transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+        client = httpx.AsyncClient(transport=transport, base_url="http://api")
+        clients.append(client)
+        return Api(client, store, clock, metrics, written)
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+@pytest.fixture
+async def api(make_api: Callable[..., Any]) -> Api:
+    api = await make_api()
+    assert (await api.put_biz()).status_code == 201
+    return api
+
+
+def expect(response: httpx.Response, status: int) -> Any:
+    assert response.status_code == status, (
+        f"{response.request.method} {response.request.url}: expected {status}, "
+        f"got {response.status_code}: {response.text[:500]}"
+    )
+    if status == 204:
+        assert response.content == b"", f"expected an empty body, got {response.text!r}"
+        return None
+    if status >= 400:
+        return expect_problem(response, status)
+    return response.json()
+
+
+def expect_problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    content_type = response.headers.get("content-type", "")
+    assert content_type.startswith("application/problem+json"), (
+        f"expected application/problem+json, got {content_type!r}"
+    )
+    body = response.json()
+    assert {"type", "title", "status", "detail"} <= body.keys(), f"not a problem: {body}"
+    assert body["status"] == status, f"expected status {status} in body, got {body}"
+    if status == 422:
+        assert body["errors"], f"422 without errors: {body}"
+        for error in body["errors"]:
+            assert isinstance(error["loc"], list) and isinstance(error["msg"], str), error
+    return body
+
+
+def locs(problem: dict[str, Any]) -> list[list[Any]]:
+    return [e["loc"] for e in problem.get("errors", [])]
+
+
+async def finish(store: MemoryStore, biz_type: str, job_id: str, kind: OutcomeKind) -> None:
+    """Drive a job through claim and one callback outcome, as daemon and broker would."""
+    job = await store.jobs.get_job(biz_type, job_id)
+    assert job is not None and job.next_attempt_at is not None
+    second = job.next_attempt_at // 1000
+    claimed = await store.dispatch.claim_due(second, job.next_attempt_at, "c1", 1, NOW)
+    assert [c.job_id for c in claimed] == [job_id], f"claim failed: {claimed}"
+    attempt = Attempt(1, NOW, 500 if kind != OutcomeKind.DELIVERED else 200, None, 3)
+    ref = SendRef(biz_type, job_id, second, "c1")
+    await store.outcomes.record_outcomes([Outcome(ref, kind, attempt)], NOW)
+
+
+async def dispatch(store: MemoryStore, biz_type: str, job_id: str) -> None:
+    job = await store.jobs.get_job(biz_type, job_id)
+    assert job is not None and job.next_attempt_at is not None
+    claimed = await store.dispatch.claim_due(
+        job.next_attempt_at // 1000, job.next_attempt_at, "c1", 1, NOW
+    )
+    assert claimed, "claim failed"
