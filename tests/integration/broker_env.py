@@ -16,7 +16,7 @@ from typing import Any
 import aio_pika
 
 from tests.support import AMQP_URL, VENV_BIN, SecantusServer, free_port
-from tests.unit.test_broker_flow import DaemonStandIn, Receiver
+from tests.unit.broker_harness import DaemonStandIn, Receiver
 from timer_service.model import BizType
 from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name
 

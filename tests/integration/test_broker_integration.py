@@ -21,7 +21,7 @@ from standardwebhooks import Webhook
 from broker.app import Broker
 from tests.integration.broker_env import Env
 from tests.support import AMQP_URL
-from tests.unit.test_broker_flow import (
+from tests.unit.broker_harness import (
     Received,
     create,
     fast_retry,

@@ -12,7 +12,7 @@ import pytest
 
 from broker.ownership import owner
 from tests.integration.broker_env import BrokerProcess, Env
-from tests.unit.test_broker_flow import create, now_ms, wait_for_states
+from tests.unit.broker_harness import create, now_ms, wait_for_states
 from timer_service.model import JobState
 
 pytestmark = pytest.mark.integration

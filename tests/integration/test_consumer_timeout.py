@@ -17,7 +17,7 @@ import pytest
 from broker.app import Broker
 from tests.rabbitnode import RabbitNode
 from tests.support import unique_name
-from tests.unit.test_broker_flow import DaemonStandIn, Receiver, create, now_ms, wait_for_states
+from tests.unit.broker_harness import DaemonStandIn, Receiver, create, now_ms, wait_for_states
 from timer_service.clock import SystemClock
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState

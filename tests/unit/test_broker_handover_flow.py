@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from broker.app import Broker
 from broker.ownership import owner
-from tests.unit.test_broker_flow import World, wait_for_states, world
+from tests.unit.broker_harness import World, wait_for_states
 from timer_service.model import JobState
 from timer_service.settings import Settings
-
-__all__ = ["world"]  # the fixture
 
 
 def moving_to(new: str, old: str) -> str:

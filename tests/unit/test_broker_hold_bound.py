@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from broker.app import Broker
-from tests.unit.test_broker_flow import DaemonStandIn, Receiver, create, wait_for_states
+from tests.unit.broker_harness import DaemonStandIn, Receiver, create, wait_for_states
 from timer_service.clock import FakeClock
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState

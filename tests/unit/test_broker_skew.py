@@ -7,11 +7,9 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from broker.skew import SAMPLES_KEPT, SkewGuard
-from tests.unit.test_broker_flow import World, started, wait_for_states, world
+from tests.unit.broker_harness import World, started, wait_for_states
 from timer_service.clock import FakeClock
 from timer_service.model import JobState
-
-__all__ = ["world"]  # the fixture, shared with the broker flow tests
 
 T = TypeVar("T")
 SKEW_MS = 3000

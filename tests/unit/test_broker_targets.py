@@ -20,16 +20,13 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from broker.app import Broker
 from broker.callback import CallbackRequest, Response, judge
 from broker.sender import Sender
-from tests.unit import test_broker_flow as flow
-from tests.unit.test_broker_flow import DaemonStandIn, Receiver, World, wait_for_states
+from tests.unit.broker_harness import DaemonStandIn, Receiver, World, wait_for_states
 from timer_service.callback_targets import TargetPolicy, parse_cidrs
 from timer_service.clock import FakeClock, SystemClock
 from timer_service.dispatch import OutcomeKind
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, RetryPolicy
 from timer_service.settings import Settings
-
-world = flow.world  # fixture shared with test_broker_flow
 
 NO_LOOPBACK = TargetPolicy(allow_private=False)
 REQUEST = CallbackRequest(b'{"x":1}', {"Content-Type": "application/json"})
@@ -191,7 +188,7 @@ async def test_credentials_stay_out_of_connection_errors() -> None:
 
 @pytest.fixture
 async def strict_world(memory_store: Any) -> AsyncIterator[World]:
-    """test_broker_flow's world, with a broker that refuses loopback targets."""
+    """The broker harness's world, with a broker that refuses loopback targets."""
     from timer_service.queue.memory import MemoryQueue
 
     clock = FakeClock(max_step_ms=10)
