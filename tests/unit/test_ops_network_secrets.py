@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.test_ops_manifests import (
+from tests.unit.manifests_harness import (
     OVERLAY_SECRET,
     ROLE_PORTS,
     ROOT,
@@ -22,7 +22,6 @@ from tests.unit.test_ops_manifests import (
     of_kind,
     selects,
 )
-from tests.unit.test_ops_manifests import rendered as base_rendered
 from timer_service.constants import (
     BUCKET_COLLECTION_PREFIX,
     DEFAULT_BUCKETS,
@@ -30,8 +29,6 @@ from timer_service.constants import (
     SECONDS_COLLECTION,
 )
 from timer_service.settings import Settings
-
-rendered = base_rendered  # the base, rendered as test_ops_manifests does
 
 OVERLAYS = [ROOT / "k8s" / "overlays" / name for name in ("example", "sharded")]
 SHARDED = OVERLAYS[1]
