@@ -263,8 +263,9 @@ class World:
         return value or 0.0
 
 
-@pytest.fixture
-async def world(memory_store: Any) -> AsyncIterator[World]:
+@contextlib.asynccontextmanager
+async def world_with(memory_store: Any, **settings: Any) -> AsyncIterator[World]:
+    """A world whose broker runs with these settings (and a 3 s shutdown grace)."""
     from timer_service.queue.memory import MemoryQueue
 
     clock = FakeClock(max_step_ms=10)  # callbacks go over loopback HTTP meanwhile
@@ -272,14 +273,19 @@ async def world(memory_store: Any) -> AsyncIterator[World]:
     receiver = Receiver(clock=clock)
     await receiver.start()
     metrics = Metrics()
-    settings = Settings(shutdown_grace_s=3)  # type: ignore[call-arg]
-    broker = Broker(settings, memory_store, queue, metrics, clock, broker_id="b1")
+    config = Settings(**{"shutdown_grace_s": 3, **settings})
+    broker = Broker(config, memory_store, queue, metrics, clock, broker_id="b1")
     daemon = DaemonStandIn(memory_store, queue, clock=clock)
-    w = World(memory_store, queue, broker, receiver, daemon, metrics, clock)
-    yield w
+    yield World(memory_store, queue, broker, receiver, daemon, metrics, clock)
     await daemon.stop()
     await clock.drive(broker.stop())
     await receiver.stop()
+
+
+@pytest.fixture
+async def world(memory_store: Any) -> AsyncIterator[World]:
+    async with world_with(memory_store) as w:
+        yield w
 
 
 async def started(w: World) -> None:

@@ -17,16 +17,13 @@ from typing import Any
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from broker.app import Broker
 from broker.callback import CallbackRequest, Response, judge
 from broker.sender import Sender
-from tests.unit.broker_harness import DaemonStandIn, Receiver, World, wait_for_states
+from tests.unit.broker_harness import Receiver, World, wait_for_states, world_with
 from timer_service.callback_targets import TargetPolicy, parse_cidrs
-from timer_service.clock import FakeClock, SystemClock
+from timer_service.clock import SystemClock
 from timer_service.dispatch import OutcomeKind
-from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState, RetryPolicy
-from timer_service.settings import Settings
 
 NO_LOOPBACK = TargetPolicy(allow_private=False)
 REQUEST = CallbackRequest(b'{"x":1}', {"Content-Type": "application/json"})
@@ -189,21 +186,8 @@ async def test_credentials_stay_out_of_connection_errors() -> None:
 @pytest.fixture
 async def strict_world(memory_store: Any) -> AsyncIterator[World]:
     """The broker harness's world, with a broker that refuses loopback targets."""
-    from timer_service.queue.memory import MemoryQueue
-
-    clock = FakeClock(max_step_ms=10)
-    queue = MemoryQueue()
-    receiver = Receiver(clock=clock)
-    await receiver.start()
-    metrics = Metrics()
-    settings = Settings(shutdown_grace_s=3, callback_allow_private=False)  # type: ignore[call-arg]
-    broker = Broker(settings, memory_store, queue, metrics, clock, broker_id="b1")
-    daemon = DaemonStandIn(memory_store, queue, clock=clock)
-    w = World(memory_store, queue, broker, receiver, daemon, metrics, clock)
-    yield w
-    await daemon.stop()
-    await clock.drive(broker.stop())
-    await receiver.stop()
+    async with world_with(memory_store, callback_allow_private=False) as w:
+        yield w
 
 
 async def test_a_refused_target_makes_the_job_dead_with_the_reason(strict_world: World) -> None:
