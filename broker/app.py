@@ -89,7 +89,9 @@ class Broker:
             await self._discover()  # first pass now; failures are retried by the loop
         self._tasks = [
             asyncio.create_task(self._every(DISCOVER_EVERY_S, self._discover), name="discover"),
-            asyncio.create_task(self._every(HEARTBEAT_EVERY_S, self._heartbeat), name="heartbeat"),
+            asyncio.create_task(
+                self._every(HEARTBEAT_EVERY_S, self._heartbeat, paced=True), name="heartbeat"
+            ),
         ]
         log.info("broker started", extra={"broker_id": self.broker_id})
 
@@ -141,7 +143,7 @@ class Broker:
         live = {
             beat.broker_id: beat.consuming
             for beat in await self._store.leases.broker_beats()
-            if beat.expires_at > now
+            if beat.left_ms(now) > 0
         }
         todo = plan(self.broker_id, current, set(self._lanes), live)
         for name in sorted(todo.start):
@@ -224,16 +226,20 @@ class Broker:
         """Say what this broker holds (see daemon/holders.py) and learn the store's
         clock from the same round trip (broker/skew.py)."""
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
-        sent_ms = self._clock.now_ms()
         store_ms = await self._store.leases.broker_heartbeat(
-            self.broker_id, held, sent_ms, sent_ms + HEARTBEAT_TTL_MS, consuming=sorted(self._lanes)
+            self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)
         )
         self.skew.observe(self._clock.now_ms(), store_ms)
         self._metrics.clock_lead(self.skew.lead_ms() / 1000)
 
-    async def _every(self, interval_s: float, job: object) -> None:
+    async def _every(self, interval_s: float, job: object, paced: bool = False) -> None:
+        """Run `job` over and over, `interval_s` apart; `paced`: from one start to the
+        next (a heartbeat that took 3 s is followed by the next at once, not 2 s
+        later: beats land in the store as often as it can take them), else from one
+        end to the next start."""
         assert callable(job)
         while True:
+            started_s = self._clock.monotonic_s()
             try:
                 await job()
             except Exception as exc:  # keep going; the next round retries
@@ -242,7 +248,8 @@ class Broker:
                     "periodic task failed",
                     extra={"task": getattr(job, "__name__", ""), "error": repr(exc)},
                 )
-            await self._clock.sleep(interval_s)
+            took_s = self._clock.monotonic_s() - started_s if paced else 0.0
+            await self._clock.sleep(max(0.0, interval_s - took_s))
 
 
 async def connect_queue(queue: DispatchQueue, clock: Clock, give_up_after_s: float = 60.0) -> None:

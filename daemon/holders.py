@@ -17,9 +17,15 @@ settled) every message of that biz type claimed before T. Hence:
   callbacks it had started will not finish, and its messages are back in the
   queue (RabbitMQ) or gone with its process (the in-process queue).
 
-Judged on the daemon's clock against an expiry the broker set on its own: the
-hosts' clocks must agree within `DEAD_AFTER_MS` (see docs/architecture.md, "One
-clock").
+Judged on the store's clock, at both ends: a beat's expiry is stamped when the
+store applies it, and compared with the store's clock when the beats are read
+(`BrokerBeat.read_at`). A busy store delays both alike, so it cannot make a live
+broker look dead: a beat that waited 5 s in its queue is as fresh as when it
+landed, and so is a read that waited. (Stamped on the broker's clock when sent
+and judged on the daemon's when the read came back, each wait counted against the
+broker: a store answering in 2 to 3 s had the leader resend the callbacks of a
+live broker, a second callback with no process dead.) The hosts' clocks need not
+agree.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from dataclasses import dataclass
 
 from timer_service.dispatch import BrokerBeat
 
-# Past a heartbeat's expiry (itself 3 beats after it was written): a slow store
-# write or a loaded host must not make a live broker look dead.
+# Past a heartbeat's expiry (itself 3 beats after it was applied): a loaded broker
+# host, late with a beat or two, must not look dead.
 DEAD_AFTER_MS = 2_000
 
 
@@ -45,17 +51,19 @@ class Holders:
 
 
 def judge(beats: Iterable[BrokerBeat], now_ms: int) -> Holders:
+    """`now_ms`: the daemon's clock, for `next_death_ms` (and to judge by where the
+    store keeps no clock)."""
     live: set[str] = set()
     dead: set[str] = set()
     oldest: dict[str, int] = {}
     deaths: list[int] = []
     for beat in beats:
-        dies_at = beat.expires_at + DEAD_AFTER_MS
-        if dies_at < now_ms:
+        left_ms = beat.left_ms(now_ms) + DEAD_AFTER_MS
+        if left_ms < 0:
             dead.add(beat.broker_id)
             continue
         live.add(beat.broker_id)
-        deaths.append(dies_at + 1)
+        deaths.append(now_ms + left_ms + 1)
         for held in beat.held:
             if held.messages > 0:
                 known = oldest.get(held.biz_type)

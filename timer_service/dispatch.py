@@ -99,12 +99,24 @@ class HeldBiz:
 
 @dataclass(frozen=True, slots=True)
 class BrokerBeat:
-    """A broker's last heartbeat: alive until `expires_at` (epoch ms)."""
+    """A broker's last heartbeat: alive until `expires_at` (epoch ms, by the store's
+    clock: the moment the store applied the beat, plus its time to live).
+
+    `read_at` is the store's clock when the beat was read: what `expires_at` is
+    judged against, so that neither a beat that waited in a busy store nor a read
+    that did makes a live broker look older than it is (None: the store keeps no
+    clock of its own; the reader's applies)."""
 
     broker_id: str
     expires_at: int
     held: tuple[HeldBiz, ...] = ()
     consuming: tuple[str, ...] = ()  # the biz types it subscribes to (broker/ownership.py)
+    read_at: int | None = None
+
+    def left_ms(self, now_ms: int) -> int:
+        """How long it has left to live when read (the reader's `now_ms` if the store
+        keeps no clock); negative once lapsed."""
+        return self.expires_at - (now_ms if self.read_at is None else self.read_at)
 
 
 @dataclass(frozen=True, slots=True)

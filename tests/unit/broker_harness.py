@@ -264,11 +264,14 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def world_with(memory_store: Any, **settings: Any) -> AsyncIterator[World]:
-    """A world whose broker runs with these settings (and a 3 s shutdown grace)."""
+async def world_with(
+    memory_store: Any, clock: FakeClock | None = None, **settings: Any
+) -> AsyncIterator[World]:
+    """A world whose broker runs with these settings (and a 3 s shutdown grace); on
+    `clock` if given (e.g. the store's own)."""
     from timer_service.queue.memory import MemoryQueue
 
-    clock = FakeClock(max_step_ms=10)  # callbacks go over loopback HTTP meanwhile
+    clock = clock or FakeClock(max_step_ms=10)  # callbacks go over loopback HTTP meanwhile
     queue = MemoryQueue()
     receiver = Receiver(clock=clock)
     await receiver.start()

@@ -48,7 +48,7 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
 
     clock.advance(61_000)
     await store.leases.broker_heartbeat(
-        "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), clock.now_ms() + 30_000
+        "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), 30_000
     )
     h = Harness(store, clock)
     await h.step()
@@ -83,7 +83,7 @@ async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
 
     clock.advance(61_000)
     await store.leases.broker_heartbeat(
-        "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), clock.now_ms() + 30_000
+        "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), 30_000
     )
     h = Harness(store, clock)
     await h.step()

@@ -49,7 +49,7 @@ async def mark(store: MemoryStore, broker_id: str, job: Claimed, now: int) -> No
 
 
 async def beat(store: MemoryStore, now: int, broker_id: str, held: Sequence[HeldBiz]) -> None:
-    await store.leases.broker_heartbeat(broker_id, held, now, now + BEAT_TTL_MS)
+    await store.leases.broker_heartbeat(broker_id, held, now, BEAT_TTL_MS)
 
 
 async def drive(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from timer_service.dispatch import BrokerBeat, HeldBiz, LeaseState
 from timer_service.store.memory.state import Lease, MemoryState
@@ -100,18 +101,21 @@ class MemoryLeases:
         broker_id: str,
         held: Sequence[HeldBiz],
         now_ms: int,
-        expires_at_ms: int,
+        ttl_ms: int,
         consuming: Sequence[str] = (),
     ) -> int:
         ordered = tuple(sorted(held, key=lambda h: h.biz_type))
-        self._s.brokers[broker_id] = BrokerBeat(
-            broker_id, expires_at_ms, ordered, tuple(sorted(consuming))
-        )
         clock = self._s.clock
-        return now_ms if clock is None else clock.now_ms()
+        store_ms = now_ms if clock is None else clock.now_ms()
+        self._s.brokers[broker_id] = BrokerBeat(
+            broker_id, store_ms + ttl_ms, ordered, tuple(sorted(consuming))
+        )
+        return store_ms
 
     async def broker_beats(self) -> list[BrokerBeat]:
-        return list(self._s.brokers.values())
+        clock = self._s.clock
+        read_at = None if clock is None else clock.now_ms()
+        return [replace(beat, read_at=read_at) for beat in self._s.brokers.values()]
 
     async def broker_gone(self, broker_id: str) -> None:
         self._s.brokers.pop(broker_id, None)

@@ -167,7 +167,7 @@ class MongoLeases:
         broker_id: str,
         held: Sequence[HeldBiz],
         now_ms: int,
-        expires_at_ms: int,
+        ttl_ms: int,
         consuming: Sequence[str] = (),
     ) -> int:
         # A list, not a document keyed by biz type: biz type names may hold dots.
@@ -175,28 +175,37 @@ class MongoLeases:
             {"b": h.biz_type, "n": h.messages, "oldest": h.oldest_claimed_at}
             for h in sorted(held, key=lambda h: h.biz_type)
         ]
-        # $currentDate: the store's clock comes back with the write, no extra round trip.
+        # The expiry on the store's clock when the write applies ($$NOW), which also
+        # comes back with the write for the skew guard: no extra round trip.
         doc = await self._l.brokers.find_one_and_update(
             {"_id": broker_id},
-            {
-                "$set": {"held": entries, "c": sorted(consuming), "expires_at": expires_at_ms},
-                "$currentDate": {"at": True},
-            },
+            [
+                {
+                    "$set": {
+                        "held": {"$literal": entries},
+                        "c": {"$literal": sorted(consuming)},
+                        "at": "$$NOW",
+                        "expires_at": {"$add": [{"$toLong": "$$NOW"}, ttl_ms]},
+                    }
+                }
+            ],
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
         return _epoch_ms(doc["at"]) if doc is not None and "at" in doc else now_ms
 
     async def broker_beats(self) -> list[BrokerBeat]:
-        docs = await self._l.brokers.find({}).to_list(None)
+        # An aggregation, not a find: it reads the store's clock with the beats.
+        cursor = await self._l.brokers.aggregate([{"$addFields": {"_read_at": "$$NOW"}}])
         return [
             BrokerBeat(
                 d["_id"],
                 int(d.get("expires_at", 0)),
                 tuple(HeldBiz(h["b"], int(h["n"]), int(h["oldest"])) for h in d.get("held", ())),
                 tuple(d.get("c", ())),
+                read_at=_epoch_ms(d["_read_at"]),
             )
-            for d in docs
+            async for d in cursor
         ]
 
     async def broker_gone(self, broker_id: str) -> None:
