@@ -34,7 +34,7 @@ from timer_service.errors import LayoutMismatch
 from timer_service.metrics import Metrics
 from timer_service.model import BizType
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
-from timer_service.runtime import cancel_and_wait, freeze_startup_heap
+from timer_service.runtime import cancel_and_wait, freeze_startup_heap, raise_if_cancelling
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing, build_tracing
@@ -248,6 +248,7 @@ class Broker:
                     "periodic task failed",
                     extra={"task": getattr(job, "__name__", ""), "error": repr(exc)},
                 )
+            raise_if_cancelling()  # a store call may have dropped the cancel
             took_s = self._clock.monotonic_s() - started_s if paced else 0.0
             await self._clock.sleep(max(0.0, interval_s - took_s))
 

@@ -23,7 +23,12 @@ from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
 from timer_service.model import JobState
 from timer_service.queue.base import DispatchQueue
-from timer_service.runtime import cancel_and_wait, freeze_startup_heap, wait_event
+from timer_service.runtime import (
+    cancel_and_wait,
+    freeze_startup_heap,
+    raise_if_cancelling,
+    wait_event,
+)
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing, build_tracing
@@ -333,6 +338,7 @@ class Daemon:
             await self.schedule_hook.repair()
 
     async def _sleep_until(self, wake_ms: int, event: asyncio.Event) -> None:
+        raise_if_cancelling()  # a store call may have dropped the shutdown's cancel
         delay_s = (wake_ms - self.clock.now_ms()) / 1000
         if delay_s > 0:
             await wait_event(event, delay_s)

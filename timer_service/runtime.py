@@ -68,12 +68,26 @@ async def cancel_and_wait(
             task.exception()  # retrieved: a failure on the way out is not news
 
 
+def raise_if_cancelling() -> None:
+    """Raise `CancelledError` in a task that was cancelled and runs on: a library call
+    dropped the cancel. On Python 3.11 `asyncio.wait_for` returns its result when the
+    cancel comes in the same turn, and PyMongo's network layer awaits one per write
+    (seen in CI: the daemon's stats loop, cancelled in its job count, slept on). The
+    task still counts the cancel (`Task.cancelling`), so a loop that looks before it
+    sleeps ends where it would have."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
-    """Wait for `event` at most `timeout_s`; whether it was set.
+    """Wait for `event` at most `timeout_s`; whether it was set. Ends at once in a task
+    whose cancel a library call dropped (`raise_if_cancelling`).
 
     Not `asyncio.wait_for`: on Python 3.11 it returns the event's result when a cancel
     arrives in the same turn as the event, and the cancelled loop runs on.
     """
+    raise_if_cancelling()
     try:
         async with asyncio.timeout(timeout_s):
             return await event.wait()

@@ -8,8 +8,12 @@ integration tests, which give it the system clock.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from broker.callback import USER_AGENT
 from tests.unit.broker_harness import (
@@ -259,6 +263,32 @@ async def test_heartbeat_says_what_is_held(world: World) -> None:
     assert got == expected
     await world.clock.drive(world.broker.stop())
     assert await world.store.leases.broker_beats() == [], "a stopped broker is forgotten"
+
+
+async def test_stop_ends_a_loop_whose_store_call_dropped_the_cancel(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    # PyMongo on Python 3.11 can drop a cancel (asyncio.wait_for in its network layer):
+    # the broker's discovery, cancelled in its store call, must not loop on.
+    await started(world)
+    asking = asyncio.Event()
+    port: Any = world.store.biz_types
+    original = port.list_biz_types
+
+    async def dropping_the_cancel() -> Any:
+        asking.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            pass  # answered as if the reply had come
+        return await original()
+
+    port.list_biz_types = dropping_the_cancel
+    assert await world.clock.run_until(asking.is_set, 5000)
+    tasks = list(world.broker._tasks)
+    await world.clock.drive(world.broker.stop())
+    assert all(task.done() for task in tasks), [t.get_name() for t in tasks if not t.done()]
+    assert "did not stop in time" not in caplog.text
 
 
 async def test_config_change_applies_without_restart(world: World) -> None:
