@@ -23,9 +23,9 @@ store applies it, and compared with the store's clock when the beats are read
 broker look dead: a beat that waited 5 s in its queue is as fresh as when it
 landed, and so is a read that waited. (Stamped on the broker's clock when sent
 and judged on the daemon's when the read came back, each wait counted against the
-broker: a store answering in 2 to 3 s had the leader resend the callbacks of a
-live broker, a second callback with no process dead.) The hosts' clocks need not
-agree.
+broker: with answers 4 s slow a live broker looked dead, and the leader would have
+resent its callbacks, a second callback with no process dead;
+tests/unit/test_broker_liveness.py.) The hosts' clocks need not agree.
 """
 
 from __future__ import annotations
