@@ -8,9 +8,9 @@ in the store counted against the broker, and the next beat started 2 s after the
 last one's answer: with the store's answers 4 s slow the live broker looked dead 2 s
 in every 6 (the first case below). On SecantusDB saturated at 200 jobs/s here,
 the stalest a beat looked was 2.7 s of the 8 allowed (`bench/roundtrips_bench.py`,
-beats logged): a margin a slower store eats. Now the store stamps the expiry when the beat lands,
-the reader judges it on the store's clock when the read applied, and beats start
-2 s apart whatever each takes.
+beats logged): a margin a slower store eats. Now the store stamps the expiry when
+the beat lands, the reader judges it on the store's clock when the read applied,
+and beats start 2 s apart whatever each takes.
 """
 
 from __future__ import annotations
