@@ -71,6 +71,7 @@ class Broker:
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._beating: asyncio.Task[None] | None = None  # until the very end of `stop`
         self._removals: set[asyncio.Task[None]] = set()
         self._started = False
         self._stopped = False
@@ -89,15 +90,17 @@ class Broker:
             await self._discover()  # first pass now; failures are retried by the loop
         self._tasks = [
             asyncio.create_task(self._every(DISCOVER_EVERY_S, self._discover), name="discover"),
-            asyncio.create_task(
-                self._every(HEARTBEAT_EVERY_S, self._heartbeat, paced=True), name="heartbeat"
-            ),
         ]
+        self._beating = asyncio.create_task(
+            self._every(HEARTBEAT_EVERY_S, self._heartbeat, paced=True), name="heartbeat"
+        )
         log.info("broker started", extra={"broker_id": self.broker_id})
 
     async def stop(self) -> None:
         """Finish callbacks in flight and persist their outcomes within the grace period;
-        everything not yet sent goes back to the queue."""
+        everything not yet sent goes back to the queue. The heartbeat goes on until
+        then: a broker that stopped beating first looked dead to the leader while it
+        still finished its callbacks, and the leader would resend them."""
         if self._stopped or not self._started:
             self._stopped = True
             return
@@ -125,6 +128,8 @@ class Broker:
             await lane.close()
         self._lanes.clear()
         await self._sender.close()
+        if self._beating is not None:
+            await cancel_and_wait([self._beating], TASK_STOP_TIMEOUT_S, "broker")
         with contextlib.suppress(Exception):
             await self._store.leases.broker_gone(self.broker_id)
         log.info("broker stopped", extra={"broker_id": self.broker_id})

@@ -15,6 +15,7 @@ and beats start 2 s apart whatever each takes.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from daemon.holders import judge
 from tests.unit.broker_harness import world_with
 from timer_service.clock import FakeClock
+from timer_service.model import JobState
 from timer_service.store.memory import MemoryStore
 
 RUN_MS = 40_000
@@ -83,3 +85,31 @@ async def test_a_broker_whose_store_is_slow_never_looks_dead(beat_s: float, read
     assert len(landed) >= RUN_MS // round(beat_s * 1000) - 1, landed
     assert max(gaps) <= max(2000, beat_s * 1000) + 50, f"beats landed {gaps} ms apart"
     assert looked_dead == [], f"the live broker looked dead at {looked_dead[:5]}"
+
+
+async def test_a_stopping_broker_beats_until_its_callbacks_are_done() -> None:
+    # A graceful stop waits for the callbacks in flight and their outcomes (up to the
+    # grace period). It stopped beating first: a callback answering in 9 s made the
+    # stopping broker look dead, and the leader would resend that callback while the
+    # broker was still finishing it (a second callback from a slow endpoint).
+    clock = FakeClock(max_step_ms=10)
+    store = MemoryStore(buckets=60, clock=clock)
+    async with world_with(store, clock=clock, shutdown_grace_s=15) as w:
+        w.receiver.responder = lambda _: (200, {}, 9.0)
+        await w.put_biz("orders")
+        await clock.drive(w.broker.start())
+        due = clock.now_ms() + 100
+        await w.create("orders", ["j"], due)
+        w.daemon.watch([due])
+        await clock.drive(w.daemon.dispatch_once())
+        assert await clock.run_until(lambda: len(w.receiver.received) == 1, 5000)
+        stopping = asyncio.ensure_future(w.broker.stop())
+        looked_dead: list[int] = []
+        while not stopping.done():
+            if "b1" in judge(await store.leases.broker_beats(), clock.now_ms()).dead:
+                looked_dead.append(clock.now_ms())
+            await clock.run_for(500)
+        await stopping
+        job = await store.jobs.get_job("orders", "j")
+    assert job is not None and job.state is JobState.DELIVERED, job
+    assert looked_dead == [], f"the stopping broker looked dead at {looked_dead[:3]}"
