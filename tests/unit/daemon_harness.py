@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+import pytest
+
 from daemon.app import Daemon
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
@@ -15,6 +17,7 @@ from timer_service.metrics import Metrics
 from timer_service.queue.memory import MemoryQueue
 from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import recording
 from timer_service.tracing import NO_TRACING, Tracing
 
 BIZ = "orders"
@@ -130,3 +133,17 @@ async def run_until(
 
 async def create(store: MemoryStore, now: int, *jobs: tuple[str, int], biz: str = BIZ) -> None:
     await store.jobs.create_jobs([NewJob(biz, job_id, due, "null") for job_id, due in jobs], now)
+
+
+# -- fixtures (offered to every unit test by tests/unit/conftest.py) ---------------------
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    """A one-partition memory store whose calls are counted (`store.ops`)."""
+    return recording(MemoryStore(buckets=60))  # type: ignore[return-value]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_767_225_600_000)

@@ -23,11 +23,6 @@ def store() -> MemoryStore:
     return MemoryStore(buckets=60)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_767_225_600_000)
-
-
 def fail_claims_of(store: MemoryStore, second: int, times: int) -> list[int]:
     """The next `times` claims of `second` fail before they apply."""
     real = store.dispatch.claim_due

@@ -34,11 +34,6 @@ def store() -> MemoryStore:
     return MemoryStore(buckets=60, partitions=P)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_767_225_600_000)
-
-
 def daemon(store: MemoryStore, clock: FakeClock) -> Harness:
     return Harness(store.sibling(), clock, partitions=P, lease_ttl_ms=TTL_MS)
 

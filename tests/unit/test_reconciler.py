@@ -3,8 +3,6 @@ republished, held biz types left alone, and an idle daemon is quiet."""
 
 from __future__ import annotations
 
-import pytest
-
 from daemon.lease import LEASE_NAME
 from tests.unit.daemon_harness import (
     BIZ,
@@ -17,17 +15,6 @@ from timer_service.dispatch import HeldBiz
 from timer_service.jobs import NewJob
 from timer_service.model import second_of
 from timer_service.store.memory import MemoryStore
-from timer_service.store.recording import recording
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return recording(MemoryStore(buckets=60))  # type: ignore[return-value]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_767_225_600_000)
 
 
 async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(

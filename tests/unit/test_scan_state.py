@@ -5,23 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
 from daemon.scan_state import COALESCE_JOBS, COALESCE_MS, ClaimPace
 from tests.unit.daemon_harness import CLAIM_AHEAD_MS, Harness, create, run_until
 from timer_service.clock import FakeClock
 from timer_service.store.memory import MemoryStore
-from timer_service.store.recording import recording
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return recording(MemoryStore(buckets=60))  # type: ignore[return-value]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_767_225_600_000)
 
 
 def test_the_window_is_whole_while_claims_are_few() -> None:
