@@ -64,13 +64,18 @@ class Mover:
         moved: list[str] = []
         for b, items in in_place.items():
             moved.extend(await self._rewrite_in_place(b, items))
-        # Across buckets the transaction renews the seconds' entries with the move;
-        # in place it comes after (a crash in between is what the overdue sweep finds).
-        if in_place:
-            moved_in_place = [m.job for ms in in_place.values() for m in ms]
-            await layout.bump({layout.slot(j.key, next_second_of(j)) for j in moved_in_place})
         if across:
             moved.extend(await self._move_across(across))
+        # The seconds' entries are renewed after the jobs are written, never inside a
+        # transaction: every creator of a second and the daemon's load write that entry,
+        # so a transaction left open by a dead process would hold them all until the
+        # store ends it (60 s on mongod). A crash before the bump leaves a pending job
+        # with no entry, which the overdue sweep finds.
+        done = set(moved)
+        slots = {
+            layout.slot(m.job.key, next_second_of(m.job)) for m in moves if m.old["_id"] in done
+        }
+        await layout.bump(slots)
         return moved
 
     async def _rewrite_in_place(self, b: int, items: Sequence[Move]) -> list[str]:
@@ -163,7 +168,6 @@ class Mover:
                 raise _GroupChanged()  # with_transaction aborts, then re-raises it
             await new_bucket.insert_many(docs, session=session)
             await self._repoint(moves, session)
-            await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs}, session=session)
 
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancel

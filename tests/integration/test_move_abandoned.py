@@ -1,0 +1,132 @@
+"""A process that dies in the middle of a move leaves its transaction open until the store
+ends it (mongod: `transactionLifetimeLimitSeconds`, 60 s by default). Only the moved jobs
+may wait that long; every other job must go on being created, loaded and claimed.
+
+The chaos run showed the opposite: after a broker was killed with a retry move open,
+every callback of every biz type went out about 60 s late, because the move's
+transaction had also renewed the index entry of the jobs' new second (a document every
+creator of that second and the daemon's load write too).
+
+The death is simulated at the last moment it can happen: every statement of the move
+sent, the commit never sent, the client's connections reset."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pymongo.asynchronous.client_session import AsyncClientSession
+
+from tests.faultproxy import FaultProxy
+from tests.support import SecantusServer, unique_name
+from timer_service.jobs import NewJob
+from timer_service.model import BizType
+from timer_service.store.mongo import MongoStore
+
+pytestmark = pytest.mark.integration
+
+BUCKETS = 60
+PROMPT_S = 10.0  # a write that waits on nothing takes milliseconds, even here
+FENCE = 1
+
+
+@pytest.fixture
+async def stores(secantus: SecantusServer) -> AsyncIterator[tuple[MongoStore, MongoStore, Any]]:
+    """The dying process's store (through a proxy) and a live one's (direct)."""
+    db = unique_name("abandoned_move")
+    with FaultProxy.from_url(secantus.url) as proxy:
+        live = MongoStore(secantus.url, db, buckets=BUCKETS)
+        dying = MongoStore(proxy.url_for(secantus.url), db, buckets=BUCKETS)
+        await live.setup()
+        await live.biz_types.put_biz_type(BizType("orders", "http://127.0.0.1:1/cb"))
+        try:
+            yield live, dying, proxy
+        finally:
+            await dying.close()
+            await live.layout.db.client.drop_database(db)
+            await live.close()
+
+
+async def within(seconds: float, what: str, call: Any) -> Any:
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(seconds):
+            return await call
+    except TimeoutError:
+        pytest.fail(f"{what} still waiting after {time.monotonic() - started:.1f} s")
+
+
+async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
+    stores: tuple[MongoStore, MongoStore, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, dying, proxy = stores
+    now = int(time.time() * 1000)
+    old_due = (now // 1000 + 120) * 1000  # bucket (s mod 60) ...
+    new_due = old_due + 30_000  # ... another one
+    new_second = new_due // 1000
+    # Both buckets already hold jobs, as in any store that has run a while (SecantusDB
+    # flags an index multikey in its catalog with the first array it meets, and that
+    # first write, made inside the transaction, would hold every later one).
+    await live.jobs.create_jobs(
+        [
+            NewJob("orders", "moved", old_due, "null"),
+            NewJob("orders", "earlier", new_due - BUCKETS * 1000, "null"),
+        ],
+        now,
+    )
+
+    dead = asyncio.Event()
+    sessions: list[AsyncClientSession] = []
+
+    async def die_before_commit(session: AsyncClientSession) -> None:
+        sessions.append(session)
+        await asyncio.to_thread(proxy.set_mode, "refuse")
+        await asyncio.to_thread(proxy.reset_all)
+        dead.set()
+        await asyncio.Event().wait()  # a killed process sends nothing more
+
+    monkeypatch.setattr(AsyncClientSession, "commit_transaction", die_before_commit)
+    moving = asyncio.create_task(dying.jobs.reschedule_job("orders", "moved", new_due, None, now))
+    try:
+        await within(PROMPT_S, "the move's statements", dead.wait())
+        monkeypatch.undo()
+
+        # The API creates another job due in the moved job's new second.
+        created = await within(
+            PROMPT_S,
+            "a create in the moved job's new second",
+            live.jobs.create_jobs([NewJob("orders", "other", new_due + 10, "null")], now),
+        )
+        assert [r.status.value for r in created] == ["created"]
+        # The daemon reaches that second: finds its entry, loads and claims it.
+        entries = await within(
+            PROMPT_S,
+            "the daemon's read of the index",
+            live.dispatch.next_seconds(new_second, new_second, 10),
+        )
+        assert [e.second for e in entries] == [new_second]
+        loaded = await within(
+            PROMPT_S,
+            "the daemon's load of that second",
+            live.dispatch.load_second(new_second, FENCE),
+        )
+        assert [key for key, _ in loaded] == ["orders/other"]
+        claimed = await within(
+            PROMPT_S,
+            "the daemon's claim in that second",
+            live.dispatch.claim_due(new_second, new_due + 10, "c1", FENCE, new_due + 10),
+        )
+        assert len(claimed) == 1
+    finally:
+        # End the open transaction (as mongod would after its lifetime) so that the
+        # database can be dropped.
+        for session in sessions:
+            await live.layout.db.client.admin.command("killSessions", [session.session_id])
+        proxy.set_mode("pass")
+        moving.cancel()
+        with contextlib.suppress(BaseException):
+            await moving
