@@ -23,9 +23,12 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from tests.faultproxy import FaultProxy
 from tests.support import SecantusServer, unique_name
+from timer_service import jobs as machine
 from timer_service.jobs import NewJob
 from timer_service.model import BizType
 from timer_service.store.mongo import MongoStore
+from timer_service.store.mongo.layout import guard_filter
+from timer_service.store.mongo.moves import Move, Mover
 
 pytestmark = pytest.mark.integration
 
@@ -130,3 +133,44 @@ async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
         moving.cancel()
         with contextlib.suppress(BaseException):
             await moving
+
+
+async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
+    stores: tuple[MongoStore, MongoStore, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each group's new second is renewed right after its own commit, so a failure in a
+    later group does not leave the jobs already moved without an entry (to wait for the
+    overdue sweep)."""
+    live, _, _ = stores
+    now = int(time.time() * 1000)
+    base = (now // 1000 + 120) * 1000
+    # Two jobs in different buckets, each moving to yet another: two groups.
+    await live.jobs.create_jobs(
+        [NewJob("orders", "a", base, "null"), NewJob("orders", "b", base + 1000, "null")], now
+    )
+    moves = []
+    for job_id, new_due in (("a", base + 20_000), ("b", base + 40_000)):
+        job = await live.jobs.get_job("orders", job_id)
+        assert job is not None
+        doc = await live.layout.bucket(job.due_at // 1000).find_one({"_id": job.key})
+        change = machine.reschedule(job, new_due, None, now)
+        moves.append(Move(doc, change.apply(job), guard_filter(change.guard)))
+
+    real_commit = AsyncClientSession.commit_transaction
+    commits = 0
+
+    async def second_commit_fails(session: AsyncClientSession) -> None:
+        nonlocal commits
+        commits += 1
+        if commits == 2:
+            raise RuntimeError("the store went away")
+        await real_commit(session)
+
+    monkeypatch.setattr(AsyncClientSession, "commit_transaction", second_commit_fails)
+    with pytest.raises(RuntimeError):
+        await Mover(live.layout).move_many(moves)
+    monkeypatch.undo()
+    first_second = (base + 20_000) // 1000
+    entries = await live.dispatch.next_seconds(first_second, first_second, 10)
+    assert [e.second for e in entries] == [first_second], "the first group's job has no entry"
+    assert [k for k, _ in await live.dispatch.load_second(first_second, FENCE)] == ["orders/a"]

@@ -61,21 +61,17 @@ class Mover:
                 in_place[old_b].append(move)
             else:
                 across.append(move)
+        # Each move's second is bumped after its jobs are written (the rewrites', then
+        # each transaction's), never inside a transaction: see `_move_group`.
         moved: list[str] = []
         for b, items in in_place.items():
             moved.extend(await self._rewrite_in_place(b, items))
+        done = set(moved)
+        await layout.bump(
+            {layout.slot(m.job.key, next_second_of(m.job)) for m in moves if m.old["_id"] in done}
+        )
         if across:
             moved.extend(await self._move_across(across))
-        # The seconds' entries are renewed after the jobs are written, never inside a
-        # transaction: every creator of a second and the daemon's load write that entry,
-        # so a transaction left open by a dead process would hold them all until the
-        # store ends it (60 s on mongod). A crash before the bump leaves a pending job
-        # with no entry, which the overdue sweep finds.
-        done = set(moved)
-        slots = {
-            layout.slot(m.job.key, next_second_of(m.job)) for m in moves if m.old["_id"] in done
-        }
-        await layout.bump(slots)
         return moved
 
     async def _rewrite_in_place(self, b: int, items: Sequence[Move]) -> list[str]:
@@ -176,6 +172,12 @@ class Mover:
                 await session.with_transaction(move)
         except _GroupChanged:
             return False
+        # The new seconds' entries are renewed after the commit, not inside the
+        # transaction: every creator of a second and the daemon's load write that
+        # entry, so a transaction left open by a dead process (until the store ends it,
+        # 60 s on mongod) would hold them all, not only the moved jobs. A crash before
+        # this bump leaves pending jobs with no entry: the overdue sweep's case.
+        await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs})
         return True
 
 
