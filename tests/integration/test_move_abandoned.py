@@ -63,10 +63,46 @@ async def within(seconds: float, what: str, call: Any) -> Any:
         pytest.fail(f"{what} still waiting after {time.monotonic() - started:.1f} s")
 
 
-async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
-    stores: tuple[MongoStore, MongoStore, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.asynccontextmanager
+async def rescheduled_by_a_dying_process(
+    stores: tuple[MongoStore, MongoStore, Any], job_id: str, due_at: int, now: int
+) -> AsyncIterator[None]:
+    """The dying process reschedules the job and dies with every statement of the move
+    sent and the commit not: its connections reset, nothing more comes from it. On
+    leaving, the open transaction is ended (as mongod would after its lifetime) so that
+    the database can be dropped."""
     live, dying, proxy = stores
+    dead = asyncio.Event()
+    sessions: list[AsyncClientSession] = []
+
+    async def die_before_commit(session: AsyncClientSession) -> None:
+        sessions.append(session)
+        await asyncio.to_thread(proxy.set_mode, "refuse")
+        await asyncio.to_thread(proxy.reset_all)
+        dead.set()
+        await asyncio.Event().wait()  # a killed process sends nothing more
+
+    original = AsyncClientSession.commit_transaction
+    setattr(AsyncClientSession, "commit_transaction", die_before_commit)  # noqa: B010
+    moving = asyncio.create_task(dying.jobs.reschedule_job("orders", job_id, due_at, None, now))
+    try:
+        await within(PROMPT_S, "the move's statements", dead.wait())
+        setattr(AsyncClientSession, "commit_transaction", original)  # noqa: B010
+        yield
+    finally:
+        setattr(AsyncClientSession, "commit_transaction", original)  # noqa: B010
+        for session in sessions:
+            await live.layout.db.client.admin.command("killSessions", [session.session_id])
+        proxy.set_mode("pass")
+        moving.cancel()
+        with contextlib.suppress(BaseException):
+            await moving
+
+
+async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
+    stores: tuple[MongoStore, MongoStore, Any],
+) -> None:
+    live = stores[0]
     now = int(time.time() * 1000)
     old_due = (now // 1000 + 120) * 1000  # bucket (s mod 60) ...
     new_due = old_due + 30_000  # ... another one
@@ -81,23 +117,7 @@ async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
         ],
         now,
     )
-
-    dead = asyncio.Event()
-    sessions: list[AsyncClientSession] = []
-
-    async def die_before_commit(session: AsyncClientSession) -> None:
-        sessions.append(session)
-        await asyncio.to_thread(proxy.set_mode, "refuse")
-        await asyncio.to_thread(proxy.reset_all)
-        dead.set()
-        await asyncio.Event().wait()  # a killed process sends nothing more
-
-    monkeypatch.setattr(AsyncClientSession, "commit_transaction", die_before_commit)
-    moving = asyncio.create_task(dying.jobs.reschedule_job("orders", "moved", new_due, None, now))
-    try:
-        await within(PROMPT_S, "the move's statements", dead.wait())
-        monkeypatch.undo()
-
+    async with rescheduled_by_a_dying_process(stores, "moved", new_due, now):
         # The API creates another job due in the moved job's new second.
         created = await within(
             PROMPT_S,
@@ -123,16 +143,7 @@ async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
             "the daemon's claim in that second",
             live.dispatch.claim_due(new_second, new_due + 10, "c1", FENCE, new_due + 10),
         )
-        assert len(claimed) == 1
-    finally:
-        # End the open transaction (as mongod would after its lifetime) so that the
-        # database can be dropped.
-        for session in sessions:
-            await live.layout.db.client.admin.command("killSessions", [session.session_id])
-        proxy.set_mode("pass")
-        moving.cancel()
-        with contextlib.suppress(BaseException):
-            await moving
+        assert [c.job_id for c in claimed] == ["other"]
 
 
 async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
@@ -153,6 +164,7 @@ async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
         job = await live.jobs.get_job("orders", job_id)
         assert job is not None
         doc = await live.layout.bucket(job.due_at // 1000).find_one({"_id": job.key})
+        assert doc is not None
         change = machine.reschedule(job, new_due, None, now)
         moves.append(Move(doc, change.apply(job), guard_filter(change.guard)))
 
@@ -174,3 +186,36 @@ async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
     entries = await live.dispatch.next_seconds(first_second, first_second, 10)
     assert [e.second for e in entries] == [first_second], "the first group's job has no entry"
     assert [k for k, _ in await live.dispatch.load_second(first_second, FENCE)] == ["orders/a"]
+
+
+@pytest.mark.known_bug
+async def test_a_reschedule_left_open_by_a_dead_api_does_not_hold_the_daemon_s_claim(
+    stores: tuple[MongoStore, MongoStore, Any],
+) -> None:
+    """Known bug: a reschedule's transaction deletes the job's old document while it is
+    still `pending`; if the API dies before the commit, the daemon's claim of the old
+    second writes that same document and waits until the store ends the transaction
+    (60 s on mongod), and the scan loop, which claims one second at a time, waits with
+    it: every partition's dispatch stops. Only when an API process dies within the
+    milliseconds of a reschedule whose old second falls due within that minute.
+    Deselected unless TIMER_KNOWN_BUGS=1."""
+    live = stores[0]
+    now = int(time.time() * 1000)
+    old_due = (now // 1000 + 120) * 1000
+    new_due = old_due + 30_000
+    await live.jobs.create_jobs(
+        [
+            NewJob("orders", "moved", old_due, "null"),
+            NewJob("orders", "neighbour", old_due + 5, "null"),
+            NewJob("orders", "earlier", new_due - BUCKETS * 1000, "null"),
+        ],
+        now,
+    )
+    async with rescheduled_by_a_dying_process(stores, "moved", new_due, now):
+        old_second = old_due // 1000
+        claimed = await within(
+            PROMPT_S,
+            "the daemon's claim in the moved job's old second",
+            live.dispatch.claim_due(old_second, old_due + 10, "c1", FENCE, old_due + 10),
+        )
+        assert [c.job_id for c in claimed] == ["neighbour"]
