@@ -80,7 +80,8 @@ class Scanner:
 
     @property
     def loaded_jobs(self) -> int:
-        return len(self._wheel)
+        """Jobs in the wheel (not its other timers: a swept second's claim rounds)."""
+        return sum(len(held.jobs) for held in self._held.values())
 
     def has(self, second: int) -> bool:
         """Whether `second` is loaded, the catch-up's current one, or still to be listed."""

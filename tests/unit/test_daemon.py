@@ -109,6 +109,22 @@ async def test_cancelled_job_in_the_wheel_is_never_published(
     assert len(h.queue.times("stays")) == 1
 
 
+async def test_loaded_jobs_counts_jobs_not_the_sweep_rounds_of_a_second_written_into(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A loaded second that is written into again gets claim rounds (wheel timers) of its
+    own; they are not jobs. Counting wheel timers made an integration test see 14 loaded
+    jobs for 3 in CI, when a watch event came after the load."""
+    h = Harness(store, clock)
+    start = clock.now_ms()
+    await create(store, start, ("a", start + 3000), ("b", start + 3000))
+    await run_until(start + 100, h)
+    await create(store, clock.now_ms(), ("c", start + 3000))  # written into while loaded
+    h.daemon.scanner.nudge((start + 3000) // 1000)  # as the change stream reports it
+    await run_until(start + 200, h)
+    assert h.daemon.scanner.loaded_jobs == 2
+
+
 @pytest.mark.parametrize(
     "move_ms", [2500, 300, -500], ids=["later-second", "same-second", "earlier"]
 )
