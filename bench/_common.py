@@ -4,6 +4,7 @@ another process's CPU time."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import subprocess
@@ -71,3 +72,27 @@ def serve_protocol(factory: Callable[[], asyncio.Protocol], port: int) -> None:
             await server.serve_forever()
 
     asyncio.run(main())
+
+
+class GcPauses:
+    """Durations of the full (generation 2) collections while installed: each one
+    stops this process's event loop, daemon and broker alike."""
+
+    def __init__(self) -> None:
+        self.pauses_ms: list[float] = []
+        self._started = 0.0
+
+    def install(self) -> None:
+        gc.callbacks.append(self._note)
+
+    def remove(self) -> None:
+        if self._note in gc.callbacks:
+            gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses_ms.append((time.perf_counter() - self._started) * 1000)

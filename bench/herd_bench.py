@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import aio_pika  # noqa: E402
+from _common import GcPauses  # noqa: E402
 from http_client_bench import start_receiver  # noqa: E402
 
 from broker.app import Broker  # noqa: E402
@@ -35,6 +36,7 @@ from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name  # noqa: E402
+from timer_service.runtime import freeze_startup_heap  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
 from timer_service.store.memory import MemoryStore  # noqa: E402
 
@@ -78,6 +80,7 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
         await store.biz_types.put_biz_type(BizType(name, url, max_concurrency=64))
     daemon = Daemon(settings, store, queue, metrics, clock)
     broker = Broker(settings, store, queue, metrics, clock)
+    gc_pauses = GcPauses()
     try:
         now = clock.now_ms()
         herd_due = (now // 1000 + int(lead_s) + 1) * 1000  # a whole second, lead_s ahead
@@ -103,6 +106,10 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
         await daemon.start()
         if with_broker:
             await broker.start()
+        # As every command does once started. It also freezes the in-memory store's
+        # jobs, which a deployed daemon or broker does not hold at all (MongoDB does).
+        freeze_startup_heap()
+        gc_pauses.install()
         done = metrics.sent if with_broker else metrics.published
         deadline = time.monotonic() + 600
         while len(done["herd"]) < herd and time.monotonic() < deadline:
@@ -156,7 +163,13 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
                 f"{pct(window, 50):.0f} / {pct(window, 99):.0f} / {max(window):.0f} ms |"
             )
         print(f"| daemon+broker+store CPU | {cpu:.1f} s ({cpu * 1e6 / herd:.0f} µs per herd job) |")
+        pauses = gc_pauses.pauses_ms
+        print(
+            f"| full GC pauses (each stops daemon and broker) | {len(pauses)}, "
+            f"max {max(pauses, default=0.0):.0f} ms |"
+        )
     finally:
+        gc_pauses.remove()
         await broker.stop()
         await daemon.stop()
         connection = await aio_pika.connect_robust(AMQP_URL)

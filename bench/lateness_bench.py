@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import os
@@ -56,7 +55,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _common import make_store, process_cpu_s, serve_protocol, start_server_process  # noqa: E402
+from _common import (  # noqa: E402
+    GcPauses,
+    make_store,
+    process_cpu_s,
+    serve_protocol,
+    start_server_process,
+)
 
 from broker.app import Broker  # noqa: E402
 from daemon.app import Daemon  # noqa: E402
@@ -177,30 +182,6 @@ class RecordingMetrics(Metrics):
         super().callback_outcome(biz_type, outcome, duration_s)
         if outcome == "delivered":
             self.delivered += 1
-
-
-class GcPauses:
-    """Durations of the full (generation 2) collections while installed: each one
-    stops this process's event loop, daemon and broker alike."""
-
-    def __init__(self) -> None:
-        self.pauses_ms: list[float] = []
-        self._started = 0.0
-
-    def install(self) -> None:
-        gc.callbacks.append(self._note)
-
-    def remove(self) -> None:
-        if self._note in gc.callbacks:
-            gc.callbacks.remove(self._note)
-
-    def _note(self, phase: str, info: dict[str, int]) -> None:
-        if info["generation"] != 2:
-            return
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.pauses_ms.append((time.perf_counter() - self._started) * 1000)
 
 
 def now_ms() -> int:
