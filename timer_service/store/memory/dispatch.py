@@ -46,16 +46,8 @@ class MemoryDispatch:
             at = slot(p, second)
             if at in self._s.versions:
                 self._s.stamps[at] = max(fence, self._s.stamps.get(at, 0))
-        out = []
-        for key in self._s.jobs_in_second.get(second, ()):
-            job = self._s.jobs[key]
-            if (
-                job.state == JobState.PENDING
-                and job.next_attempt_at is not None
-                and self._mine(key)
-            ):
-                out.append((key, job.next_attempt_at))
-        return out
+        pending = self._s.pending_in_second.get(second, ())
+        return [(key, due) for due, key in pending if self._mine(key)]
 
     async def claim_due(
         self,
@@ -68,13 +60,23 @@ class MemoryDispatch:
     ) -> list[Claimed]:
         change = machine.claim(claim, fence, now_ms)
         jobs = self._s.jobs
-        candidates = sorted(
-            (job.next_attempt_at or 0, key)
-            for key in self._s.jobs_in_second.get(second, ())
-            if self._mine(key) and machine.claimable(job := jobs[key], upto_ms, fence)
-        )
+        pending = self._s.pending_in_second.get(second, [])
+        taken: list[str] = []
+        looked = 0
+        for due, key in pending:
+            if due > upto_ms or (limit is not None and len(taken) == limit):
+                break
+            looked += 1
+            if self._mine(key) and machine.claimable(jobs[key], upto_ms, fence):
+                taken.append(key)
+        # The taken jobs leave the pending list in one step: one at a time, each removal
+        # from the front of a herd's list would move all of it.
+        keys = set(taken)
+        pending[:looked] = [entry for entry in pending[:looked] if entry[1] not in keys]
+        if not pending:
+            self._s.pending_in_second.pop(second, None)
         claimed = []
-        for _, key in candidates[:limit]:
+        for key in taken:  # each still pending: nothing awaited since the check
             changed = self._s.apply(jobs[key], change)
             if changed is not None:
                 claimed.append(machine.claimed(changed, second))
@@ -130,14 +132,14 @@ class MemoryDispatch:
         return released
 
     def _overdue(self, before_ms: int) -> list[tuple[int, str]]:
-        return sorted(
-            (job.next_attempt_at, key)
-            for key, job in self._s.jobs.items()
-            if job.state == JobState.PENDING
-            and job.next_attempt_at is not None
-            and job.next_attempt_at < before_ms
-            and self._mine(key)
-        )
+        out = []
+        for pending in self._s.pending_in_second.values():
+            for due, key in pending:
+                if due >= before_ms:
+                    break
+                if self._mine(key):
+                    out.append((due, key))
+        return sorted(out)
 
     async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
         overdue = self._overdue(before_ms)

@@ -32,6 +32,10 @@ class MemoryState:
     jobs: dict[str, Job] = field(default_factory=dict)
     second_of_job: dict[str, int] = field(default_factory=dict)
     jobs_in_second: dict[int, dict[str, None]] = field(default_factory=dict)
+    # Each second's pending jobs as sorted (next_attempt_at, key): what MongoDB's claim
+    # index gives, so that a claim of K jobs from a herd's second costs about K, not the
+    # whole second (100 claims of 1,000 from a 100,000-job second scanned 10M jobs).
+    pending_in_second: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     # The non-empty seconds index, by slot (partition and second, timer_service/partitions.py).
     versions: dict[int, str] = field(default_factory=dict)
     stamps: dict[int, int] = field(default_factory=dict)  # fence that last loaded a slot
@@ -71,11 +75,32 @@ class MemoryState:
 
     def set(self, job: Job) -> None:
         """Replace a job in place (same second)."""
-        self.jobs[job.key] = job
+        self._store(job, self.second_of_job[job.key])
+
+    def _store(self, job: Job, second: int) -> None:
+        key = job.key
+        old = self.jobs.get(key)
+        if old is not None:
+            self._unindex_pending(old, self.second_of_job[key])
+        self.jobs[key] = job
+        self.second_of_job[key] = second
         if job.state == JobState.DISPATCHED:
-            self.dispatched[job.key] = None
+            self.dispatched[key] = None
         else:
-            self.dispatched.pop(job.key, None)
+            self.dispatched.pop(key, None)
+        if job.state == JobState.PENDING and job.next_attempt_at is not None:
+            bisect.insort(self.pending_in_second.setdefault(second, []), (job.next_attempt_at, key))
+
+    def _unindex_pending(self, job: Job, second: int) -> None:
+        if job.state != JobState.PENDING or job.next_attempt_at is None:
+            return
+        entries = self.pending_in_second.get(second, [])
+        entry = (job.next_attempt_at, job.key)
+        i = bisect.bisect_left(entries, entry)
+        if i < len(entries) and entries[i] == entry:
+            del entries[i]
+            if not entries:
+                del self.pending_in_second[second]
 
     def put(self, job: Job, second: int) -> None:
         """Write a job into `second`, then bump that second's entry (the order matters)."""
@@ -86,8 +111,7 @@ class MemoryState:
             jobs.pop(key, None)
             if not jobs:
                 del self.jobs_in_second[old_second]
-        self.set(job)
-        self.second_of_job[key] = second
+        self._store(job, second)
         self.jobs_in_second.setdefault(second, {})[key] = None
         if self.torn > 0:
             self.torn -= 1
