@@ -16,7 +16,8 @@ them in batches of 1000 before the daemon and broker start, the first due
 due `--lead` s later, while the pipeline runs), due evenly spread at `--rate`
 per second for `--seconds`. Once every callback is in (or 30 s after the last
 due moment), per job: lateness = arrival at the receiver - due_at. Printed per
-run and as the median of the runs: p50 / p99 / max / min lateness, jobs called
+run, as the median of the runs and as the worst run (the highest p99); the
+target is met only if every run meets it: p50 / p99 / max / min lateness, jobs called
 back early (< 0) and missing; where it went (the broker's send moment -
 due_at, from the body's fired_at; arrival - fired_at; fired_at is in whole ms,
 so this split is good to 1 ms; the daemon's publish confirm - due_at); the
@@ -363,14 +364,16 @@ def show(label: str, r: dict[str, float], kind: str) -> str:
     return text + f"; full GC pauses {int(r['gc2'])}, longest {r['gc2_max']:.0f} ms"
 
 
-def verdict(kind: str, r: dict[str, float]) -> str:
+def verdict(kind: str, runs: list[dict[str, float]]) -> str:
+    """Met only if every run meets it: one bad run in three is a miss."""
     p50_target, p99_target = TARGETS[kind]
-    ok = r["p99"] <= p99_target and r["early"] == 0 and r["missing"] == 0
+    ok = all(r["p99"] <= p99_target and r["early"] == 0 and r["missing"] == 0 for r in runs)
     parts = [f"p99 <= {p99_target:.0f} ms"]
     if p50_target is not None:
-        ok = ok and r["p50"] <= p50_target
+        ok = ok and all(r["p50"] <= p50_target for r in runs)
         parts.insert(0, f"p50 <= {p50_target:.0f} ms")
-    return f"target ({', '.join(parts)}, none early): {'met' if ok else 'MISSED'}"
+    said = "met" if ok else "MISSED"
+    return f"target ({', '.join(parts)}, none early) in each of {len(runs)} runs: {said}"
 
 
 def main() -> None:
@@ -414,7 +417,9 @@ def main() -> None:
                 results.append(result)
             median = {k: statistics.median(r[k] for r in results) for k in results[0]}
             print(show(f"{kind} median of {args.runs}", median, kind))
-            print(f"  {verdict(kind, median)}", flush=True)
+            worst = max(results, key=lambda r: r["p99"])
+            print(show(f"{kind} worst run (highest p99)", worst, kind))
+            print(f"  {verdict(kind, results)}", flush=True)
             if secantus is not None:
                 secantus.cleanup()
 
