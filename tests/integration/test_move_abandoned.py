@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -24,11 +25,12 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from tests.faultproxy import FaultProxy
 from tests.support import SecantusServer, unique_name
 from timer_service import jobs as machine
+from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.jobs import NewJob
-from timer_service.model import BizType
+from timer_service.model import Attempt, BizType
 from timer_service.store.mongo import MongoStore
 from timer_service.store.mongo.layout import guard_filter
-from timer_service.store.mongo.moves import Move, Mover
+from timer_service.store.mongo.moves import MOVE_MARK_MS, Move, Mover
 
 pytestmark = pytest.mark.integration
 
@@ -63,11 +65,21 @@ async def within(seconds: float, what: str, call: Any) -> Any:
         pytest.fail(f"{what} still waiting after {time.monotonic() - started:.1f} s")
 
 
-@contextlib.asynccontextmanager
-async def rescheduled_by_a_dying_process(
+def rescheduled_by_a_dying_process(
     stores: tuple[MongoStore, MongoStore, Any], job_id: str, due_at: int, now: int
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """The dying process (an API) reschedules the job: see `moved_by_a_dying_process`."""
+    return moved_by_a_dying_process(
+        stores, lambda dying: dying.jobs.reschedule_job("orders", job_id, due_at, None, now)
+    )
+
+
+@contextlib.asynccontextmanager
+async def moved_by_a_dying_process(
+    stores: tuple[MongoStore, MongoStore, Any],
+    move: Callable[[MongoStore], Coroutine[Any, Any, Any]],
 ) -> AsyncIterator[None]:
-    """The dying process reschedules the job and dies with every statement of the move
+    """The dying process starts `move` and dies with every statement of its transaction
     sent and the commit not: its connections reset, nothing more comes from it. On
     leaving, the open transaction is ended (as mongod would after its lifetime) so that
     the database can be dropped."""
@@ -84,7 +96,7 @@ async def rescheduled_by_a_dying_process(
 
     original = AsyncClientSession.commit_transaction
     setattr(AsyncClientSession, "commit_transaction", die_before_commit)  # noqa: B010
-    moving = asyncio.create_task(dying.jobs.reschedule_job("orders", job_id, due_at, None, now))
+    moving = asyncio.create_task(move(dying))
     try:
         await within(PROMPT_S, "the move's statements", dead.wait())
         setattr(AsyncClientSession, "commit_transaction", original)  # noqa: B010
@@ -188,17 +200,15 @@ async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
     assert [k for k, _ in await live.dispatch.load_second(first_second, FENCE)] == ["orders/a"]
 
 
-@pytest.mark.known_bug
 async def test_a_reschedule_left_open_by_a_dead_api_does_not_hold_the_daemon_s_claim(
     stores: tuple[MongoStore, MongoStore, Any],
 ) -> None:
-    """Known bug: a reschedule's transaction deletes the job's old document while it is
-    still `pending`; if the API dies before the commit, the daemon's claim of the old
-    second writes that same document and waits until the store ends the transaction
-    (60 s on mongod), and the scan loop, which claims one second at a time, waits with
-    it: every partition's dispatch stops. Only when an API process dies within the
-    milliseconds of a reschedule whose old second falls due within that minute.
-    Deselected unless TIMER_KNOWN_BUGS=1."""
+    """A reschedule's transaction deletes the job's old document while it is still
+    `pending`; if the API dies before the commit, a claim of the old second that wrote
+    that document would wait until the store ends the transaction (60 s on mongod), and
+    the scan loop, which claims one second at a time, with it. The move marks the
+    document first, and the claim passes it by: the claim answers at once with the
+    other jobs of that second."""
     live = stores[0]
     now = int(time.time() * 1000)
     old_due = (now // 1000 + 120) * 1000
@@ -211,11 +221,84 @@ async def test_a_reschedule_left_open_by_a_dead_api_does_not_hold_the_daemon_s_c
         ],
         now,
     )
+    old_second = old_due // 1000
     async with rescheduled_by_a_dying_process(stores, "moved", new_due, now):
-        old_second = old_due // 1000
         claimed = await within(
             PROMPT_S,
             "the daemon's claim in the moved job's old second",
-            live.dispatch.claim_due(old_second, old_due + 10, "c1", FENCE, old_due + 10),
+            live.dispatch.claim_due(old_second, old_due + 10, "c1", FENCE, now),
         )
         assert [c.job_id for c in claimed] == ["neighbour"]
+    # The store has ended the transaction (as mongod does after its lifetime): the move
+    # never happened, and once its mark runs out the job is claimed where it was.
+    assert await live.dispatch.claim_due(old_second, old_due + 10, "c2", FENCE, now) == []
+    later = now + MOVE_MARK_MS + 1
+    claimed = await live.dispatch.claim_due(old_second, old_due + 10, "c3", FENCE, later)
+    assert [(c.job_id, c.due_at) for c in claimed] == [("moved", old_due)]
+
+
+async def test_a_retry_left_open_by_a_dead_broker_does_not_hold_another_s_send_marks(
+    stores: tuple[MongoStore, MongoStore, Any],
+) -> None:
+    """A broker dies inside the move of a retry (the callback failed, the job moves to
+    its next attempt's bucket). Its messages go to another broker, whose send mark of
+    that batch (taking the sends over) answers at once for the other job and passes
+    the moved one by: it is the reconciler's once its mark runs out."""
+    live = stores[0]
+    now = int(time.time() * 1000)
+    due = (now // 1000 + 120) * 1000
+    retry_at = due + 30_000
+    await live.jobs.create_jobs(
+        [
+            NewJob("orders", "moved", due, "null"),
+            NewJob("orders", "neighbour", due + 5, "null"),
+            NewJob("orders", "earlier", retry_at - BUCKETS * 1000, "null"),
+        ],
+        now,
+    )
+    claimed = await live.dispatch.claim_due(due // 1000, due + 10, "c1", FENCE, now)
+    assert sorted(c.job_id for c in claimed) == ["moved", "neighbour"]
+    refs = {c.job_id: SendRef("orders", c.job_id, c.second, "c1") for c in claimed}
+    assert len(await live.outcomes.start_sending(list(refs.values()), "s1", now)) == 2
+    failed = Outcome(
+        refs["moved"], OutcomeKind.RETRY, Attempt(1, now, 503, None, 5), next_attempt_at=retry_at
+    )
+    retaken = [dataclasses.replace(r, retake=True) for r in refs.values()]
+    async with moved_by_a_dying_process(
+        stores, lambda dying: dying.outcomes.record_outcomes([failed], now)
+    ):
+        marked = await within(
+            PROMPT_S,
+            "another broker's send marks",
+            live.outcomes.start_sending(retaken, "s2", now),
+        )
+        assert sorted(marked) == ["orders/neighbour"]
+
+
+async def test_a_move_that_fails_takes_its_mark_off(
+    stores: tuple[MongoStore, MongoStore, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reschedule whose transaction fails leaves the job where it was, claimable at
+    once: its mark does not keep the daemon off it until it runs out."""
+    live = stores[0]
+    now = int(time.time() * 1000)
+    due = (now // 1000 + 120) * 1000
+    await live.jobs.create_jobs(
+        [
+            NewJob("orders", "a", due, "null"),
+            NewJob("orders", "earlier", due + 30_000 - BUCKETS * 1000, "null"),
+        ],
+        now,
+    )
+
+    async def commit_fails(session: AsyncClientSession) -> None:
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(AsyncClientSession, "commit_transaction", commit_fails)
+    with pytest.raises(RuntimeError):
+        await live.jobs.reschedule_job("orders", "a", due + 30_000, None, now)
+    monkeypatch.undo()
+    doc = await live.layout.bucket(due // 1000).find_one({"_id": "orders/a"})
+    assert doc is not None and "move" not in doc and "move_until" not in doc
+    claimed = await live.dispatch.claim_due(due // 1000, due + 10, "c1", FENCE, now)
+    assert [(c.job_id, c.due_at) for c in claimed] == [("a", due)]

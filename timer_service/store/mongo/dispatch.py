@@ -32,6 +32,7 @@ from timer_service.store.mongo.layout import (
     change_update,
     doc_to_job,
     guard_filter,
+    unmarked,
 )
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class MongoDispatch:
                 **guard_filter(change.guard),
                 "next_attempt_at": {"$lte": upto_ms},
                 "fence": {"$lte": fence},
+                **unmarked(now_ms),
             }
         )
         if limit is not None:
@@ -215,8 +217,13 @@ class MongoDispatch:
 
     async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
         # Served by the (state, next_attempt_at) index of every bucket: normally empty.
+        # A job under a move's mark is not lost: the move ends, or the mark runs out.
         query = self._scoped(
-            {"state": JobState.PENDING.value, "next_attempt_at": {"$lt": before_ms}}
+            {
+                "state": JobState.PENDING.value,
+                "next_attempt_at": {"$lt": before_ms},
+                **unmarked(before_ms),
+            }
         )
         found = await asyncio.gather(
             *(
@@ -324,7 +331,12 @@ class MongoDispatch:
             for j in items:
                 assert j.claim is not None
                 change = machine.reclaim(j.claim, claim, fence, now_ms, j.sending)
-                query = {"_id": j.key, **guard_filter(change.guard), "fence": {"$lte": fence}}
+                query = {
+                    "_id": j.key,
+                    **guard_filter(change.guard),
+                    "fence": {"$lte": fence},
+                    **unmarked(now_ms),
+                }
                 ops.append(UpdateOne(query, change_update(change)))
             bucket = self._l.buckets[b]
             await bucket.bulk_write(ops, ordered=False)

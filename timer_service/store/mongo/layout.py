@@ -292,6 +292,19 @@ def guard_filter(guard: Guard) -> Doc:
     return query
 
 
+# A move between buckets first marks the job's old document (a plain write, committed
+# at once), then runs its transaction. Claims, reclaims and send marks pass a marked
+# document by until the mark runs out, so a transaction left open by a dead process
+# (held by the store until it ends it: mongod's `transactionLifetimeLimitSeconds`,
+# 60 s) never makes them wait: only the moved job does (store/mongo/moves.py).
+MOVE_MARK_FIELDS = ("move", "move_until")
+
+
+def unmarked(now_ms: int) -> Doc:
+    """The hot path's condition: not under a move's live mark (none, or run out)."""
+    return {"move_until": {"$not": {"$gt": now_ms}}}
+
+
 def change_update(change: Change, expire_at: datetime | None = None) -> Doc:
     """The update that applies `change` in place (the job stays in its bucket); a
     change that finishes the job needs the end of its retention."""

@@ -5,25 +5,56 @@ bucket. Within one bucket it is an in-place conditional update; across buckets
 a multi-document transaction deletes it from the old bucket, inserts it into
 the new one and repoints the locator. Production MongoDB is a replica set
 (change streams need it), so transactions are available.
+
+Before its transaction, a move marks the old documents with a plain conditional
+write (`move`, `move_until`), committed at once. The hot path (the daemon's
+claims and reclaims, the broker's send marks) passes a marked document by
+until the mark runs out (`layout.unmarked`). A process that dies inside the
+transaction leaves it open until the store ends it (mongod: after
+`transactionLifetimeLimitSeconds`, 60 s), and every write to the documents it
+wrote waits that long: without the mark, the daemon's claim of the old second
+would wait with them, and the scan loop with it. With it, only the moved jobs
+wait: their move never committed, so they are where they were, and the hot
+path takes them again once the mark runs out (`MOVE_MARK_MS`, past that
+lifetime). A move that fails takes its mark off again (best effort: else it runs
+out). The API's own writes (cancel, reschedule) do not look at the mark: a job
+whose move is in flight still answers them, waiting for the move to end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bson import ObjectId
 from pymongo import UpdateOne
 
 from timer_service.jobs import payload_fingerprint
 from timer_service.model import Job
-from timer_service.store.mongo.layout import Doc, Layout, job_to_doc, next_second_of
+from timer_service.store.mongo.layout import (
+    MOVE_MARK_FIELDS,
+    Collection,
+    Doc,
+    Layout,
+    job_to_doc,
+    next_second_of,
+)
+
+log = logging.getLogger(__name__)
 
 _MOVE_CHUNK = 100  # jobs per bucket-moving transaction
 _MOVE_TIMEOUT_S = 30.0  # a move that long is retried by the caller, not waited on
+# How long a move's mark keeps the hot path off the old documents: past the store's
+# transaction lifetime (mongod: 60 s) and the move's own timeout, with a margin for
+# the hosts' clocks (the mark is stamped with the mover's, read with the claimer's).
+MOVE_MARK_MS = 120_000
+_UNMARK_TIMEOUT_S = 5.0  # a mark not taken off by then runs out by itself
+_NO_MARK = {"$unset": dict.fromkeys(MOVE_MARK_FIELDS, "")}
 
 
 class _GroupChanged(Exception):
@@ -79,7 +110,9 @@ class Mover:
         for m in items:
             doc = job_to_doc(m.job, next_second_of(m.job), self._l.partition(m.job.key))
             doc.pop("_id")
-            ops.append(UpdateOne({"_id": m.old["_id"], **m.expect}, {"$set": doc}))
+            # A mark left by a failed move of this job is taken off with it.
+            update = {"$set": doc, **_NO_MARK}
+            ops.append(UpdateOne({"_id": m.old["_id"], **m.expect}, update))
         bucket = self._l.buckets[b]
         result = await bucket.bulk_write(ops, ordered=False)
         if result.modified_count == len(ops):
@@ -120,8 +153,8 @@ class Mover:
         has written: SecantusDB deadlocks when a transaction waits for a collection
         that a plain update_many holds while retrying a write conflict against that
         same transaction (seen as the whole store freezing on a burst of retries).
-        A group whose delete misses a job (cancelled or moved meanwhile) is redone job
-        by job, so that only the changed jobs are left where they are."""
+        A group whose mark or delete misses a job (cancelled or moved meanwhile) is redone
+        job by job, so that only the changed jobs are left where they are."""
         layout = self._l
         groups: dict[tuple[int, int], list[Move]] = defaultdict(list)
         for m in moves:
@@ -143,8 +176,9 @@ class Mover:
         return moved
 
     async def _move_group(self, moves: Sequence[Move]) -> bool:
-        """Apply all of `moves` (one old bucket, one new bucket) in one transaction, or
-        none of them: False when one no longer matches its `expect`."""
+        """Mark the old documents, then apply all of `moves` (one old bucket, one new
+        bucket) in one transaction, or none of them: False when one no longer matches
+        its `expect`."""
         layout = self._l
         old_bucket = layout.bucket(moves[0].old["second"])
         keys = [m.old["_id"] for m in moves]
@@ -157,6 +191,13 @@ class Mover:
             job_to_doc(m.job, next_second_of(m.job), layout.partition(m.job.key)) for m in moves
         ]
         new_bucket = layout.bucket(docs[0]["second"])
+        token = str(ObjectId())
+        until = max(m.job.updated_at for m in moves) + MOVE_MARK_MS
+        mark = {"$set": {"move": token, "move_until": until}}
+        if (await old_bucket.update_many(matching, mark)).modified_count != len(keys):
+            await self._unmark(old_bucket, keys, token)
+            return False
+        matching = {**matching, "move": token}
 
         async def move(session: Any) -> None:
             deleted = await old_bucket.delete_many(matching, session=session)
@@ -171,7 +212,11 @@ class Mover:
             async with layout.client.start_session() as session, asyncio.timeout(_MOVE_TIMEOUT_S):
                 await session.with_transaction(move)
         except _GroupChanged:
+            await self._unmark(old_bucket, keys, token)
             return False
+        except Exception:
+            await self._unmark(old_bucket, keys, token)
+            raise
         # The new seconds' entries are renewed after the commit, not inside the
         # transaction: every creator of a second and the daemon's load write that
         # entry, so a transaction left open by a dead process (until the store ends it,
@@ -179,6 +224,20 @@ class Mover:
         # this bump leaves pending jobs with no entry: the overdue sweep's case.
         await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs})
         return True
+
+    @staticmethod
+    async def _unmark(bucket: Collection, keys: list[str], token: str) -> None:
+        """Take a failed move's mark off the documents still carrying it, so the hot
+        path takes them at once. Bounded: a document still held (by the transaction
+        the store has not ended yet) keeps its mark until it runs out."""
+        try:
+            async with asyncio.timeout(_UNMARK_TIMEOUT_S):
+                await bucket.update_many({"_id": {"$in": keys}, "move": token}, _NO_MARK)
+        except Exception as exc:
+            log.warning(
+                "a failed move's mark stays until it runs out",
+                extra={"jobs": len(keys), "mark_ms": MOVE_MARK_MS, "error": repr(exc)},
+            )
 
 
 def _locator_update(move: Move, expire_at: datetime) -> UpdateOne:

@@ -18,6 +18,7 @@ from timer_service.store.mongo.layout import (
     change_update,
     doc_to_job,
     guard_filter,
+    unmarked,
 )
 from timer_service.store.mongo.moves import Move, Mover
 
@@ -42,7 +43,7 @@ class MongoOutcomes:
 
         async def mark(b: int, claim: str, retake: bool, keys: list[str]) -> None:
             change = machine.start_sending(claim, send_token, now_ms, retake)
-            query = {"_id": {"$in": keys}, **guard_filter(change.guard)}
+            query = {"_id": {"$in": keys}, **guard_filter(change.guard), **unmarked(now_ms)}
             await self._l.buckets[b].update_many(query, change_update(change))
 
         await asyncio.gather(*(mark(b, c, r, keys) for (b, c, r), keys in groups.items()))
@@ -62,7 +63,7 @@ class MongoOutcomes:
         key = _ref_key(ref)
         change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
         doc = await bucket.find_one_and_update(
-            {"_id": key, **guard_filter(change.guard)},
+            {"_id": key, **guard_filter(change.guard), **unmarked(now_ms)},
             change_update(change),
             return_document=ReturnDocument.AFTER,
         )
