@@ -1,10 +1,11 @@
 """The store's CPU per hot-path write of a fired job, stage by stage, on SecantusDB.
 
 One client in a loop drives the real MongoDB adapter (no daemon, no broker): jobs
-are created in batches, then each is claimed, marked for sending and given its
-outcome, `--batch` jobs per call (1: the low-rate case, where every fired job has
-its own claim, mark and outcome write). The server's CPU (from /proc) is read
-around each stage. What it depends on is printed: the bucket's indexes (each
+are created in batches, each is rescheduled one second later (into the next
+bucket: the API's move, a transaction after a mark), then each is claimed, marked
+for sending and given its outcome, `--batch` jobs per call (1: the low-rate case,
+where every fired job has its own claim, mark and outcome write). The server's CPU
+(from /proc) is read around each stage. What it depends on is printed: the bucket's indexes (each
 write rewrites the job's entry in every index it is in), the batch size, and the
 store server.
 
@@ -33,7 +34,7 @@ from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.model import Attempt, second_of  # noqa: E402
 from timer_service.store.mongo import MongoStore  # noqa: E402
 
-STAGES = ("create", "claim", "mark", "outcome")
+STAGES = ("create", "reschedule", "claim", "mark", "outcome")
 
 
 def ref_of(c: Claimed) -> SendRef:
@@ -48,11 +49,13 @@ async def one_run(
     store = MongoStore(server.url, f"sw{uuid.uuid4().hex[:8]}", buckets=60)
     await store.setup()
     cost: dict[str, float] = {}
+    wall: dict[str, float] = {}
 
     async def stage(name: str, work: Callable[[], Awaitable[None]]) -> None:
-        before = process_cpu_s(pid)
+        before, started = process_cpu_s(pid), time.perf_counter()
         await work()
         cost[name] = (process_cpu_s(pid) - before) * 1e3 / jobs
+        wall[name] = (time.perf_counter() - started) * 1e3 / jobs
 
     now = int(time.time() * 1000)
     base = now + 60_000
@@ -68,6 +71,11 @@ async def one_run(
                     for i in range(start, min(start + 100, jobs))
                 ]
                 await store.jobs.create_jobs(batch_jobs, now)
+
+        async def reschedule() -> None:
+            for i in range(jobs):
+                due[i] += 1000  # the next second: the next bucket
+                await store.jobs.reschedule_job("sw", f"j{i}", due[i], None, now)
 
         async def claim() -> None:
             for n, g in enumerate(groups):
@@ -89,11 +97,13 @@ async def one_run(
                     [Outcome(ref_of(c), OutcomeKind.DELIVERED, done) for c in got], now
                 )
 
-        for name, work in zip(STAGES, (create, claim, mark, outcome), strict=True):
+        stages = (create, reschedule, claim, mark, outcome)
+        for name, work in zip(STAGES, stages, strict=True):
             await stage(name, work)
         taken = sum(len(g) for g in claimed)
         assert taken == jobs, f"claimed {taken} of {jobs}"
         indexes = [ix["name"] async for ix in await store.layout.buckets[0].list_indexes()]
+        cost["reschedule wall"] = wall["reschedule"]
         return cost, ", ".join(indexes)
     finally:
         await store.drop_database()
@@ -117,6 +127,8 @@ async def run(jobs: int, batch: int, runs: int, spacing_ms: int) -> None:
         print("| stage | store CPU per job (median of runs) |\n|---|---|")
         for name in STAGES:
             print(f"| {name} | {statistics.median(r[name] for r in results):.2f} ms |")
+        resched_wall = statistics.median(r["reschedule wall"] for r in results)
+        print(f"| (reschedule: wall time per call, one at a time) | {resched_wall:.2f} ms |")
         fired = [r["claim"] + r["mark"] + r["outcome"] for r in results]
         print(f"| **claim + mark + outcome** | **{statistics.median(fired):.2f} ms** |")
     finally:
