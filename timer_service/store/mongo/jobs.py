@@ -217,7 +217,7 @@ class MongoJobs:
         assert stays_in_bucket(self._l, doc, change)
         expire_at = self._l.expire_at(now_ms)
         updated = await self._l.bucket(doc["second"]).find_one_and_update(
-            {"_id": doc["_id"], **guard_filter(change.guard)},
+            {"_id": doc["_id"], **self._l.shard_key(doc["_id"]), **guard_filter(change.guard)},
             change_update(change, expire_at),
             return_document=ReturnDocument.AFTER,
         )

@@ -95,6 +95,15 @@ class Layout:
     def partition(self, key: str) -> int:
         return partition_of(key, self.partitions)
 
+    def shard_key(self, key: str) -> Doc:
+        """The job's partition as an equality, for a find-and-modify by `_id`: on a
+        cluster sharded by `{partition, _id}` (docs/operations.md, "Sharding MongoDB")
+        MongoDB before 7.1 refuses a find-and-modify without the full shard key, and
+        every version sends a write by `_id` alone to every shard. Nothing with one
+        partition: a store set up before partitions existed has jobs without the field
+        (they read as partition 0), and it is never more than one."""
+        return {"partition": self.partition(key)} if self.partitions > 1 else {}
+
     def slot(self, key: str, second: int) -> int:
         """The seconds-index key of a job's second (timer_service/partitions.py)."""
         return slot(self.partition(key), second)

@@ -63,7 +63,12 @@ class MongoOutcomes:
         key = _ref_key(ref)
         change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
         doc = await bucket.find_one_and_update(
-            {"_id": key, **guard_filter(change.guard), **unmarked(now_ms)},
+            {
+                "_id": key,
+                **self._l.shard_key(key),
+                **guard_filter(change.guard),
+                **unmarked(now_ms),
+            },
             change_update(change),
             return_document=ReturnDocument.AFTER,
         )
