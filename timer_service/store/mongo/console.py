@@ -92,14 +92,18 @@ class MongoConsole:
         did (a change sets `updated_at`, so an applied one shows it)."""
         expire_at = self._l.expire_at(now_ms)
         ops = [
-            UpdateOne({"_id": job.key, **guard_filter(ch.guard)}, change_update(ch, expire_at))
+            UpdateOne(
+                {"_id": job.key, **self._l.shard_key(job.key), **guard_filter(ch.guard)},
+                change_update(ch, expire_at),
+            )
             for job, ch in items
         ]
         coll = self._l.buckets[bucket]
         result = await coll.bulk_write(ops, ordered=False)
         changed = [(ch.apply(job), ch) for job, ch in items]
         if result.modified_count != len(ops):
-            docs = await coll.find({"_id": {"$in": [j.key for j, _ in changed]}}).to_list(None)
+            keys = [j.key for j, _ in changed]
+            docs = await coll.find({"_id": {"$in": keys}, **self._l.shard_keys(keys)}).to_list(None)
             now = {d["_id"]: (d["state"], d.get("updated_at")) for d in docs}
             changed = [(j, ch) for j, ch in changed if now.get(j.key) == (j.state, j.updated_at)]
         # The locator outlives its job (layout.locator_expire_at, outlives_locator).

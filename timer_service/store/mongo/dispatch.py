@@ -116,7 +116,8 @@ class MongoDispatch:
         result = await coll.update_many(query, change_update(change))
         if result.modified_count == 0:
             return []
-        docs = await coll.find({"second": second, "claim": claim}, CLAIM_PROJECTION).to_list(None)
+        mine = self._scoped({"second": second, "claim": claim})
+        docs = await coll.find(mine, CLAIM_PROJECTION).to_list(None)
         return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
 
     @staticmethod
@@ -333,6 +334,7 @@ class MongoDispatch:
                 change = machine.reclaim(j.claim, claim, fence, now_ms, j.sending)
                 query = {
                     "_id": j.key,
+                    **self._l.shard_key(j.key),
                     **guard_filter(change.guard),
                     "fence": {"$lte": fence},
                     **unmarked(now_ms),
@@ -340,7 +342,8 @@ class MongoDispatch:
                 ops.append(UpdateOne(query, change_update(change)))
             bucket = self._l.buckets[b]
             await bucket.bulk_write(ops, ordered=False)
-            mine = {"_id": {"$in": [j.key for j in items]}, "claim": claim}
+            keys = [j.key for j in items]
+            mine = {"_id": {"$in": keys}, **self._l.shard_keys(keys), "claim": claim}
             docs = await bucket.find(mine, CLAIM_PROJECTION).to_list(None)
             out.extend(machine.claimed(doc_to_job(d), d["second"]) for d in docs)
         return out

@@ -147,7 +147,9 @@ class MongoJobs:
             by_bucket[self._l.bucket_no(loc["second"])].append(loc["_id"])
         found = await asyncio.gather(
             *(
-                self._l.buckets[b].find({"_id": {"$in": keys}}).to_list(None)
+                self._l.buckets[b]
+                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys)})
+                .to_list(None)
                 for b, keys in by_bucket.items()
             )
         )
@@ -161,7 +163,9 @@ class MongoJobs:
             loc = await self._l.locator.find_one({"_id": key})
             if loc is None:
                 break
-            doc = await self._l.bucket(loc["second"]).find_one({"_id": key})
+            doc = await self._l.bucket(loc["second"]).find_one(
+                {"_id": key, **self._l.shard_key(key)}
+            )
             if doc is not None:
                 return doc
             again = await self._l.locator.find_one({"_id": key})

@@ -102,7 +102,15 @@ class Layout:
         every version sends a write by `_id` alone to every shard. Nothing with one
         partition: a store set up before partitions existed has jobs without the field
         (they read as partition 0), and it is never more than one."""
-        return {"partition": self.partition(key)} if self.partitions > 1 else {}
+        return self.shard_keys([key])
+
+    def shard_keys(self, keys: Iterable[str]) -> Doc:
+        """The partitions of these jobs, for a query by `_id`: mongos then sends it to
+        the shards that hold them, not to every shard (`shard_key`)."""
+        if self.partitions == 1:
+            return {}
+        parts = sorted({self.partition(key) for key in keys})
+        return {"partition": parts[0] if len(parts) == 1 else {"$in": parts}}
 
     def slot(self, key: str, second: int) -> int:
         """The seconds-index key of a job's second (timer_service/partitions.py)."""

@@ -112,14 +112,17 @@ class Mover:
             doc.pop("_id")
             # A mark left by a failed move of this job is taken off with it.
             update = {"$set": doc, **_NO_MARK}
-            ops.append(UpdateOne({"_id": m.old["_id"], **m.expect}, update))
+            key = m.old["_id"]
+            ops.append(UpdateOne({"_id": key, **self._l.shard_key(key), **m.expect}, update))
         bucket = self._l.buckets[b]
         result = await bucket.bulk_write(ops, ordered=False)
         if result.modified_count == len(ops):
             moved = [m.old["_id"] for m in items]
         else:  # find which went through
             keys = [m.old["_id"] for m in items]
-            found = await bucket.find({"_id": {"$in": keys}}).to_list(None)
+            found = await bucket.find({"_id": {"$in": keys}, **self._l.shard_keys(keys)}).to_list(
+                None
+            )
             by_key = {d["_id"]: d for d in found}
             moved = []
             for m in items:
@@ -187,6 +190,7 @@ class Mover:
             matching = {"_id": {"$in": keys}, **moves[0].expect}
         else:
             matching = {"$or": [{"_id": m.old["_id"], **m.expect} for m in moves]}
+        matching.update(layout.shard_keys(keys))
         docs = [
             job_to_doc(m.job, next_second_of(m.job), layout.partition(m.job.key)) for m in moves
         ]
@@ -225,14 +229,14 @@ class Mover:
         await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs})
         return True
 
-    @staticmethod
-    async def _unmark(bucket: Collection, keys: list[str], token: str) -> None:
+    async def _unmark(self, bucket: Collection, keys: list[str], token: str) -> None:
         """Take a failed move's mark off the documents still carrying it, so the hot
         path takes them at once. Bounded: a document still held (by the transaction
         the store has not ended yet) keeps its mark until it runs out."""
         try:
             async with asyncio.timeout(_UNMARK_TIMEOUT_S):
-                await bucket.update_many({"_id": {"$in": keys}, "move": token}, _NO_MARK)
+                mine = {"_id": {"$in": keys}, **self._l.shard_keys(keys), "move": token}
+                await bucket.update_many(mine, _NO_MARK)
         except Exception as exc:
             log.warning(
                 "a failed move's mark stays until it runs out",

@@ -43,7 +43,12 @@ class MongoOutcomes:
 
         async def mark(b: int, claim: str, retake: bool, keys: list[str]) -> None:
             change = machine.start_sending(claim, send_token, now_ms, retake)
-            query = {"_id": {"$in": keys}, **guard_filter(change.guard), **unmarked(now_ms)}
+            query = {
+                "_id": {"$in": keys},
+                **self._l.shard_keys(keys),
+                **guard_filter(change.guard),
+                **unmarked(now_ms),
+            }
             await self._l.buckets[b].update_many(query, change_update(change))
 
         await asyncio.gather(*(mark(b, c, r, keys) for (b, c, r), keys in groups.items()))
@@ -52,7 +57,9 @@ class MongoOutcomes:
             by_bucket[b].extend(keys)
         found = await asyncio.gather(
             *(
-                self._l.buckets[b].find({"_id": {"$in": keys}, "sending": send_token}).to_list(None)
+                self._l.buckets[b]
+                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys), "sending": send_token})
+                .to_list(None)
                 for b, keys in by_bucket.items()
             )
         )
@@ -73,7 +80,9 @@ class MongoOutcomes:
             return_document=ReturnDocument.AFTER,
         )
         if doc is None:  # cancelled or taken over meanwhile, or a retry of this mark
-            doc = await bucket.find_one({"_id": key, "sending": send_token})
+            doc = await bucket.find_one(
+                {"_id": key, **self._l.shard_key(key), "sending": send_token}
+            )
         return {} if doc is None else {key: doc_to_job(doc)}
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
@@ -99,7 +108,7 @@ class MongoOutcomes:
                 layout.buckets[b].bulk_write(
                     [
                         UpdateOne(
-                            {"_id": _key(o), **guard_filter(c.guard)},
+                            {"_id": _key(o), **layout.shard_key(_key(o)), **guard_filter(c.guard)},
                             change_update(c, expire_at),
                         )
                         for o, c in in_place[b]
@@ -150,7 +159,9 @@ class MongoOutcomes:
             by_bucket[self._l.bucket_no(o.ref.second)].append(_key(o))
         found = await asyncio.gather(
             *(
-                self._l.buckets[b].find({"_id": {"$in": keys}}).to_list(None)
+                self._l.buckets[b]
+                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys)})
+                .to_list(None)
                 for b, keys in by_bucket.items()
             )
         )
@@ -178,6 +189,7 @@ class MongoOutcomes:
             change = machine.outcome_after_cancel(o, now_ms)
             query = {
                 "_id": _key(o),
+                **self._l.shard_key(_key(o)),
                 **guard_filter(change.guard),
                 "history.at": {"$ne": o.attempt.at},
             }
