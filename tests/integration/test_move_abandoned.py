@@ -279,7 +279,9 @@ async def test_a_move_that_fails_takes_its_mark_off(
     stores: tuple[MongoStore, MongoStore, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reschedule whose transaction fails leaves the job where it was, claimable at
-    once: its mark does not keep the daemon off it until it runs out."""
+    once: its mark does not keep the daemon off it until it runs out, and its second
+    has an entry again even if the daemon had released it meanwhile (a claim that
+    passed the marked job by finds the second empty)."""
     live = stores[0]
     now = int(time.time() * 1000)
     due = (now // 1000 + 120) * 1000
@@ -295,9 +297,12 @@ async def test_a_move_that_fails_takes_its_mark_off(
         raise RuntimeError("the store went away")
 
     monkeypatch.setattr(AsyncClientSession, "commit_transaction", commit_fails)
+    await live.layout.seconds.delete_many({"_id": due // 1000})  # as a release would
     with pytest.raises(RuntimeError):
         await live.jobs.reschedule_job("orders", "a", due + 30_000, None, now)
     monkeypatch.undo()
+    entries = await live.dispatch.next_seconds(due // 1000, due // 1000, 1)
+    assert [e.second for e in entries] == [due // 1000], "the job's second has no entry"
     doc = await live.layout.bucket(due // 1000).find_one({"_id": "orders/a"})
     assert doc is not None and "move" not in doc and "move_until" not in doc
     claimed = await live.dispatch.claim_due(due // 1000, due + 10, "c1", FENCE, now)

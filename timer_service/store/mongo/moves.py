@@ -199,7 +199,7 @@ class Mover:
         until = max(m.job.updated_at for m in moves) + MOVE_MARK_MS
         mark = {"$set": {"move": token, "move_until": until}}
         if (await old_bucket.update_many(matching, mark)).modified_count != len(keys):
-            await self._unmark(old_bucket, keys, token)
+            await self._unmark(old_bucket, moves, token)
             return False
         matching = {**matching, "move": token}
 
@@ -216,10 +216,10 @@ class Mover:
             async with layout.client.start_session() as session, asyncio.timeout(_MOVE_TIMEOUT_S):
                 await session.with_transaction(move)
         except _GroupChanged:
-            await self._unmark(old_bucket, keys, token)
+            await self._unmark(old_bucket, moves, token)
             return False
         except Exception:
-            await self._unmark(old_bucket, keys, token)
+            await self._unmark(old_bucket, moves, token)
             raise
         # The new seconds' entries are renewed after the commit, not inside the
         # transaction: every creator of a second and the daemon's load write that
@@ -229,14 +229,18 @@ class Mover:
         await layout.bump({layout.slot(d["_id"], d["second"]) for d in docs})
         return True
 
-    async def _unmark(self, bucket: Collection, keys: list[str], token: str) -> None:
-        """Take a failed move's mark off the documents still carrying it, so the hot
-        path takes them at once. Bounded: a document still held (by the transaction
-        the store has not ended yet) keeps its mark until it runs out."""
+    async def _unmark(self, bucket: Collection, moves: Sequence[Move], token: str) -> None:
+        """Take a failed move's mark off the documents still carrying it, then renew
+        their seconds' entries: a claim that passed them by while marked may have let
+        the daemon release the second, and the renewal makes it read it again. Bounded:
+        a document still held (by the transaction the store has not ended yet) keeps
+        its mark until it runs out."""
+        keys = [m.old["_id"] for m in moves]
         try:
             async with asyncio.timeout(_UNMARK_TIMEOUT_S):
                 mine = {"_id": {"$in": keys}, **self._l.shard_keys(keys), "move": token}
                 await bucket.update_many(mine, _NO_MARK)
+                await self._l.bump({self._l.slot(m.old["_id"], m.old["second"]) for m in moves})
         except Exception as exc:
             log.warning(
                 "a failed move's mark stays until it runs out",
