@@ -200,6 +200,20 @@ async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
     assert [k for k, _ in await live.dispatch.load_second(first_second, FENCE)] == ["orders/a"]
 
 
+async def create_moved_and_neighbour(live: MongoStore, due: int, moves_to: int, now: int) -> None:
+    """ "moved" (due at `due`, to be moved to `moves_to`), "neighbour" in the same second,
+    and a job already in the bucket of `moves_to` (see the first test: SecantusDB's
+    first array in a bucket, written inside the move's transaction, would hold it)."""
+    await live.jobs.create_jobs(
+        [
+            NewJob("orders", "moved", due, "null"),
+            NewJob("orders", "neighbour", due + 5, "null"),
+            NewJob("orders", "earlier", moves_to - BUCKETS * 1000, "null"),
+        ],
+        now,
+    )
+
+
 async def test_a_reschedule_left_open_by_a_dead_api_does_not_hold_the_daemon_s_claim(
     stores: tuple[MongoStore, MongoStore, Any],
 ) -> None:
@@ -213,14 +227,7 @@ async def test_a_reschedule_left_open_by_a_dead_api_does_not_hold_the_daemon_s_c
     now = int(time.time() * 1000)
     old_due = (now // 1000 + 120) * 1000
     new_due = old_due + 30_000
-    await live.jobs.create_jobs(
-        [
-            NewJob("orders", "moved", old_due, "null"),
-            NewJob("orders", "neighbour", old_due + 5, "null"),
-            NewJob("orders", "earlier", new_due - BUCKETS * 1000, "null"),
-        ],
-        now,
-    )
+    await create_moved_and_neighbour(live, old_due, new_due, now)
     old_second = old_due // 1000
     async with rescheduled_by_a_dying_process(stores, "moved", new_due, now):
         claimed = await within(
@@ -248,14 +255,7 @@ async def test_a_retry_left_open_by_a_dead_broker_does_not_hold_another_s_send_m
     now = int(time.time() * 1000)
     due = (now // 1000 + 120) * 1000
     retry_at = due + 30_000
-    await live.jobs.create_jobs(
-        [
-            NewJob("orders", "moved", due, "null"),
-            NewJob("orders", "neighbour", due + 5, "null"),
-            NewJob("orders", "earlier", retry_at - BUCKETS * 1000, "null"),
-        ],
-        now,
-    )
+    await create_moved_and_neighbour(live, due, retry_at, now)
     claimed = await live.dispatch.claim_due(due // 1000, due + 10, "c1", FENCE, now)
     assert sorted(c.job_id for c in claimed) == ["moved", "neighbour"]
     refs = {c.job_id: SendRef("orders", c.job_id, c.second, "c1") for c in claimed}

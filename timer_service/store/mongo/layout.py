@@ -309,11 +309,7 @@ def guard_filter(guard: Guard) -> Doc:
     return query
 
 
-# A move between buckets first marks the job's old document (a plain write, committed
-# at once), then runs its transaction. Claims, reclaims and send marks pass a marked
-# document by until the mark runs out, so a transaction left open by a dead process
-# (held by the store until it ends it: mongod's `transactionLifetimeLimitSeconds`,
-# 60 s) never makes them wait: only the moved job does (store/mongo/moves.py).
+# A move's mark on the old documents, which the hot path passes by (store/mongo/moves.py).
 MOVE_MARK_FIELDS = ("move", "move_until")
 
 
