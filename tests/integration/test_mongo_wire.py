@@ -72,3 +72,25 @@ async def test_a_batch_s_send_mark_is_an_update_and_a_read_per_bucket(
     commands.sent.clear()
     assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 3
     assert commands.sent == Counter({"update": 1, "find": 1}), commands.sent
+
+
+async def test_a_claim_of_more_than_a_default_batch_reads_its_jobs_in_one_command(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    # A cursor's first batch is 101 documents unless the find says otherwise: the
+    # read-back of a claim of 150 jobs was a find and a getMore (bench/roundtrips_bench).
+    store, commands = wired
+    await create(store, *(new(f"j{i}") for i in range(150)))
+    commands.sent.clear()
+    assert len(await claim_second(store, second_of(NOW + 5000))) == 150
+    assert commands.sent == Counter({"update": 1, "find": 1}), commands.sent
+
+
+async def test_a_mark_of_more_than_a_default_batch_reads_its_jobs_in_one_command(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    store, commands = wired
+    refs = await claimed_refs(store, *(f"j{i}" for i in range(150)))
+    commands.sent.clear()
+    assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 150
+    assert commands.sent == Counter({"update": 1, "find": 1}), commands.sent

@@ -26,12 +26,14 @@ from timer_service.partitions import (
 )
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
+    LOAD_BATCH,
     LOCATOR_SLACK_MS,
     Doc,
     Layout,
     change_update,
     doc_to_job,
     guard_filter,
+    one_reply,
     unmarked,
 )
 
@@ -87,7 +89,8 @@ class MongoDispatch:
         stamp = {"_id": slots[0] if len(slots) == 1 else {"$in": slots}}
         await self._l.seconds.update_many(stamp, {"$max": {"f": fence}})
         pending = self._scoped({"second": second, "state": JobState.PENDING.value})
-        docs = await self._l.bucket(second).find(pending, {"next_attempt_at": 1}).to_list(None)
+        found = self._l.bucket(second).find(pending, {"next_attempt_at": 1})
+        docs = await found.batch_size(LOAD_BATCH).to_list(None)
         return [(d["_id"], d["next_attempt_at"]) for d in docs]
 
     async def claim_due(
@@ -117,7 +120,8 @@ class MongoDispatch:
         if result.modified_count == 0:
             return []
         mine = self._scoped({"second": second, "claim": claim})
-        docs = await coll.find(mine, CLAIM_PROJECTION).to_list(None)
+        found = coll.find(mine, CLAIM_PROJECTION).batch_size(one_reply(result.modified_count))
+        docs = await found.to_list(None)
         return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
 
     @staticmethod
@@ -344,7 +348,8 @@ class MongoDispatch:
             await bucket.bulk_write(ops, ordered=False)
             keys = [j.key for j in items]
             mine = {"_id": {"$in": keys}, **self._l.shard_keys(keys), "claim": claim}
-            docs = await bucket.find(mine, CLAIM_PROJECTION).to_list(None)
+            found = bucket.find(mine, CLAIM_PROJECTION).batch_size(one_reply(len(keys)))
+            docs = await found.to_list(None)
             out.extend(machine.claimed(doc_to_job(d), d["second"]) for d in docs)
         return out
 

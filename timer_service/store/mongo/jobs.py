@@ -24,6 +24,7 @@ from timer_service.store.mongo.layout import (
     job_to_doc,
     labels_of_terms,
     locator_doc,
+    one_reply,
     stays_in_bucket,
 )
 from timer_service.store.mongo.moves import Move, Mover
@@ -149,6 +150,7 @@ class MongoJobs:
             *(
                 self._l.buckets[b]
                 .find({"_id": {"$in": keys}, **self._l.shard_keys(keys)})
+                .batch_size(one_reply(len(keys)))
                 .to_list(None)
                 for b, keys in by_bucket.items()
             )

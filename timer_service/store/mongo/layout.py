@@ -294,6 +294,18 @@ def doc_to_job(doc: Doc) -> Job:
 # Enough of a job to publish it (`jobs.claimed`), without its payload and history.
 CLAIM_PROJECTION = {"payload": 0, "history": 0}
 
+# Documents a second's load brings in its first reply (a few MB of projected keys).
+LOAD_BATCH = 50_000
+
+
+def one_reply(expected: int) -> int:
+    """The batch size of a find that should answer `expected` documents in one reply.
+    A cursor's first batch is 101 documents unless the find says otherwise, and each
+    further batch is a `getMore`, one more round trip (a claim of 150 jobs was three
+    commands, not two). One over, so the server sees the end and closes the cursor."""
+    return expected + 1
+
+
 # --------------------------------------------------------------------------- changes
 
 

@@ -18,6 +18,7 @@ from timer_service.store.mongo.layout import (
     change_update,
     doc_to_job,
     guard_filter,
+    one_reply,
     unmarked,
 )
 from timer_service.store.mongo.moves import Move, Mover
@@ -59,6 +60,7 @@ class MongoOutcomes:
             *(
                 self._l.buckets[b]
                 .find({"_id": {"$in": keys}, **self._l.shard_keys(keys), "sending": send_token})
+                .batch_size(one_reply(len(keys)))
                 .to_list(None)
                 for b, keys in by_bucket.items()
             )
