@@ -66,7 +66,7 @@ class Daemon:
         self.metrics = metrics
         self.clock = clock
         self.holder_id = holder_id or default_holder_id()
-        claims = Rounds(
+        self.claims = claims = Rounds(
             store.dispatch,
             ClaimTokens(self.holder_id),
             clock,
@@ -74,7 +74,7 @@ class Daemon:
             max_spare_age_ms=settings.reconcile_after_ms // 2,
         )
         self.publisher = Publisher(
-            queue, store, metrics, clock, settings.publish_batch, tracing=tracing
+            queue, metrics, clock, settings.publish_batch, claims.confirmed, tracing=tracing
         )
         self.lease = PartitionLeases(
             store.leases,
@@ -183,6 +183,7 @@ class Daemon:
         self._tasks = []
         # Publish what was claimed before handing the lease over (bounded by the grace).
         await self.publisher.close(self.settings.shutdown_grace_s)
+        await self.claims.stop()
         if self.schedule_hook is not None:
             await self.schedule_hook.drain()
         await self.lease.release()

@@ -1,10 +1,10 @@
-"""Publishing claimed jobs: chunks, confirms, retries, then closing their claims' rounds.
+"""Publishing claimed jobs: chunks, confirms, retries, then their claims' rounds closed.
 
 A claim's round (daemon/rounds.py) is closed once every message of the claim
-is confirmed: the jobs of one claim may go out in several chunks, and through
-several biz types' workers, so the publisher counts what each claim still has
-on its way. A claim any of whose messages was given up stays open, for the
-reconciler.
+is confirmed (the publisher says so, `Rounds.confirmed` writes it): the jobs of
+one claim may go out in several chunks, and through several biz types' workers,
+so the publisher counts what each claim still has on its way. A claim any of
+whose messages was given up stays open, for the reconciler.
 
 Every wait (between retries, for the workers to finish) is on the injected clock.
 """
@@ -27,7 +27,6 @@ from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
@@ -48,19 +47,20 @@ class Publisher:
     def __init__(
         self,
         queue: DispatchQueue,
-        store: Store,
         metrics: Metrics,
         clock: Clock,
         batch: int,
+        rounds_confirmed: Callable[[Sequence[str]], None],
         retry_max_wait_s: float = 2.0,
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self._queue = queue
         self._tracing = tracing
-        self._store = store
         self._metrics = metrics
         self._clock = clock
         self._batch = batch
+        # Told of the claims whose every message is confirmed (daemon/rounds.py).
+        self._rounds_confirmed = rounds_confirmed
         self._retry_max_wait_s = retry_max_wait_s
         # Told of every confirmed chunk (recurring schedules create their next
         # occurrence there); must not raise and must return quickly.
@@ -166,7 +166,7 @@ class Publisher:
                 self._metrics.job_dispatched(
                     job.biz_type, (published_at - job.next_attempt_at) / 1000
                 )
-            await self._close_rounds(self._settle(chunk, confirmed=True))
+            self._rounds_confirmed(self._settle(chunk, confirmed=True))
             if self.on_published is not None:
                 await self.on_published(chunk)
         return True
@@ -221,12 +221,3 @@ class Publisher:
             )
             return False
         return True
-
-    async def _close_rounds(self, claims: Sequence[str]) -> None:
-        if not claims:
-            return
-        try:
-            await self._store.dispatch.close_rounds(claims)
-        except Exception as exc:  # only costs a spare republish later
-            self._metrics.store_error("close_rounds")
-            log.warning("closing claim rounds failed", extra={"error": repr(exc)})

@@ -13,11 +13,20 @@ next token's round while it claims with the current one (`prepare`). A spare
 token is used only while young: the reconciler deletes rounds that name no job
 once they are `reconcile_after_ms` old, and a round must never be deleted
 before its claim is made.
+
+Rounds whose claims are confirmed are closed in the same write that opens the
+next round (one round trip per claim for the pair, not two), or on their own
+within `CLOSE_WITHIN_MS` if no round is opened meanwhile: a round left open a
+second longer than needed only matters to the reconciler, which waits
+`reconcile_after_ms` (a minute by default) before it looks.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from daemon.publisher import ClaimTokens
@@ -26,6 +35,8 @@ from timer_service.metrics import Metrics
 from timer_service.store.ports.dispatch import DispatchPort
 
 log = logging.getLogger(__name__)
+
+CLOSE_WITHIN_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,8 @@ class Rounds:
         self._metrics = metrics
         self._max_spare_age_ms = max_spare_age_ms
         self._spare: _Spare | None = None
+        self._closing: set[str] = set()  # confirmed claims whose round is still open
+        self._closer: asyncio.Task[None] | None = None
 
     async def take(self, fence: int) -> str:
         """A token whose round is open: the spare if it is fresh, else a new one."""
@@ -59,7 +72,7 @@ class Rounds:
             if now - spare.opened_at <= self._max_spare_age_ms:
                 return spare.token
         token = self._tokens.next(fence)
-        await self._dispatch.open_round(token, fence, now)
+        await self._open(token, fence, now)
         return token
 
     async def prepare(self, fence: int) -> None:
@@ -70,10 +83,50 @@ class Rounds:
         token = self._tokens.next(fence)
         now = self._clock.now_ms()
         try:
-            await self._dispatch.open_round(token, fence, now)
+            await self._open(token, fence, now)
         except Exception as exc:
             self._metrics.store_error("open_round")
             log.warning("opening a claim round failed", extra={"error": repr(exc)})
             return
         if self._spare is None:
             self._spare = _Spare(token, fence, now)
+
+    def confirmed(self, claims: Collection[str]) -> None:
+        """Every message of these claims was confirmed by the queue: their rounds close
+        with the next round opened, or within `CLOSE_WITHIN_MS`."""
+        if not claims:
+            return
+        self._closing.update(claims)
+        if self._closer is None or self._closer.done():
+            self._closer = asyncio.create_task(self._close_later(), name="daemon-close-rounds")
+
+    async def close_now(self) -> None:
+        """Close the confirmed claims' rounds now (at stop); a failure only costs the
+        reconciler a spare republish later."""
+        closing, self._closing = self._closing, set()
+        if not closing:
+            return
+        try:
+            await self._dispatch.close_rounds(closing)
+        except Exception as exc:
+            self._metrics.store_error("close_rounds")
+            log.warning("closing claim rounds failed", extra={"error": repr(exc)})
+
+    async def stop(self) -> None:
+        if self._closer is not None:
+            self._closer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._closer
+        await self.close_now()
+
+    async def _close_later(self) -> None:
+        await self._clock.sleep(CLOSE_WITHIN_MS / 1000)
+        await self.close_now()
+
+    async def _open(self, token: str, fence: int, now: int) -> None:
+        closing, self._closing = self._closing, set()
+        try:
+            await self._dispatch.open_round(token, fence, now, closing)
+        except Exception:
+            self._closing |= closing  # still to close, next time
+            raise

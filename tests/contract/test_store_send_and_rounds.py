@@ -74,3 +74,13 @@ async def test_a_round_that_names_no_job_is_closed_by_the_sweep(store: Store) ->
     await create(store, new("a"))
     await store.dispatch.claim_due(second_of(NOW + 5000), NOW + 6000, "empty", 1, NOW + 20)
     assert await store.dispatch.find_unpublished(NOW + 30, 100) == []
+
+
+async def test_opening_a_round_can_close_others_in_the_same_write(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"), new("b", due_at=NOW + 5900))
+    await store.dispatch.open_round("c1", 1, NOW)
+    await store.dispatch.claim_due(s, NOW + 5500, "c1", 1, NOW)  # a
+    await store.dispatch.open_round("c2", 1, NOW + 5, closing=["c1", "never-opened"])
+    await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # b
+    assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100)) == ["b"]

@@ -94,3 +94,13 @@ async def test_a_mark_of_more_than_a_default_batch_reads_its_jobs_in_one_command
     commands.sent.clear()
     assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 150
     assert commands.sent == Counter({"update": 1, "find": 1}), commands.sent
+
+
+async def test_a_round_opened_while_others_close_is_one_command(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    store, commands = wired
+    await store.dispatch.open_round("c1", 1, NOW)
+    commands.sent.clear()
+    await store.dispatch.open_round("c2", 1, NOW + 1, closing=["c1"])
+    assert sum(commands.sent.values()) == 1, commands.sent

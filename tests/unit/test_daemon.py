@@ -479,7 +479,8 @@ async def test_claims_piled_up_during_an_outage_go_out_together(
             await super().publish(jobs)
 
     queue = Flaky(clock)
-    publisher = Publisher(queue, store, Metrics(), clock, batch=100, retry_max_wait_s=0.01)
+    closed: list[str] = []
+    publisher = Publisher(queue, Metrics(), clock, 100, closed.extend, retry_max_wait_s=0.01)
     now = clock.now_ms()
     claims = [Claimed(BIZ, f"j{i}", second_of(now), now, now, 1, f"c{i}") for i in range(30)]
     leading = True
@@ -491,3 +492,4 @@ async def test_claims_piled_up_during_an_outage_go_out_together(
     assert await clock.drive(publisher.drain(5))
     assert [job.job_id for job in queue.published] == [f"j{i}" for i in range(30)]
     assert queue.rounds - rounds_while_down <= 2, "the piled-up claims should go out together"
+    assert sorted(closed) == sorted(f"c{i}" for i in range(30)), "every round is confirmed"

@@ -4,6 +4,7 @@ republished, held biz types left alone, and an idle daemon is quiet."""
 from __future__ import annotations
 
 from daemon.lease import LEASE_NAME
+from daemon.rounds import CLOSE_WITHIN_MS
 from tests.unit.daemon_harness import (
     BIZ,
     Harness,
@@ -47,6 +48,8 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     )
     job = await store.jobs.get_job("free", "lost2")
     assert job is not None and job.claim != "dead-2", job
+    # The republish's own round closes with the next one opened, or within a second.
+    await clock.run_for(CLOSE_WITHIN_MS)
     assert await store.dispatch.find_unpublished(clock.now_ms() + 1, 100) == []
     queued = await store.jobs.get_job("held", "queued")
     assert queued is not None and queued.claim == "dead-1", "a held biz type's job is left alone"
@@ -106,6 +109,7 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     )
     job = await store.jobs.get_job(BIZ, "late")
     assert job is not None and job.claim != "old-2"
+    await clock.run_for(CLOSE_WITHIN_MS)
     assert await store.dispatch.find_unpublished(clock.now_ms() + 1, 100) == []
 
 

@@ -82,8 +82,11 @@ class MemoryDispatch:
                 claimed.append(machine.claimed(changed, second))
         return claimed
 
-    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
+    async def open_round(
+        self, claim: str, fence: int, now_ms: int, closing: Collection[str] = ()
+    ) -> None:
         self._s.rounds[claim] = (now_ms, fence)
+        await self.close_rounds(closing)
 
     async def close_rounds(self, claims: Collection[str]) -> None:
         for claim in claims:

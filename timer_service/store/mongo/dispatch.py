@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 from bson import ObjectId
-from pymongo import ASCENDING, DeleteOne, UpdateOne
+from pymongo import ASCENDING, DeleteOne, UpdateMany, UpdateOne
 from pymongo.errors import OperationFailure
 
 from timer_service import jobs as machine
@@ -145,8 +145,23 @@ class MongoDispatch:
         tie = {"next_attempt_at": at, "_id": {"$lte": key}}
         return {**query, "$or": [before, tie]}
 
-    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
-        await self._l.rounds.insert_one({"_id": claim, "fence": fence, "opened_at": now_ms})
+    async def open_round(
+        self, claim: str, fence: int, now_ms: int, closing: Collection[str] = ()
+    ) -> None:
+        if not closing:
+            await self._l.rounds.insert_one({"_id": claim, "fence": fence, "opened_at": now_ms})
+            return
+        # One `update` command: a bulk write of an insert and a delete is two. The
+        # closed rounds stay as documents marked closed until the next sweep deletes
+        # them (`find_unpublished`).
+        opened = {"$setOnInsert": {"fence": fence, "opened_at": now_ms}}
+        await self._l.rounds.bulk_write(
+            [
+                UpdateOne({"_id": claim}, opened, upsert=True),
+                UpdateMany({"_id": {"$in": list(closing)}}, {"$set": {"closed": True}}),
+            ],
+            ordered=False,
+        )
 
     async def close_rounds(self, claims: Collection[str]) -> None:
         if claims:
@@ -158,7 +173,8 @@ class MongoDispatch:
         # The rounds collection holds only claims on their way to the queue (a few
         # documents): no index. Their jobs are found through each bucket's
         # (state, claimed_at) index, from the oldest round on.
-        query: Doc = {"opened_at": {"$lt": opened_before_ms}}
+        await self._l.rounds.delete_many({"closed": True})
+        query: Doc = {"opened_at": {"$lt": opened_before_ms}, "closed": {"$ne": True}}
         if fence_below is not None:
             query["fence"] = {"$lt": fence_below}
         rounds = await self._l.rounds.find(query).to_list(ROUNDS_PAGE)

@@ -63,8 +63,11 @@ class DispatchPort(Protocol):
         returns `limit` jobs may have left more."""
         ...
 
-    async def open_round(self, claim: str, fence: int, now_ms: int) -> None:
-        """Record that claims under this token may be made from now on."""
+    async def open_round(
+        self, claim: str, fence: int, now_ms: int, closing: Collection[str] = ()
+    ) -> None:
+        """Record that claims under this token may be made from now on; and, in the
+        same write, `close_rounds(closing)`."""
         ...
 
     async def close_rounds(self, claims: Collection[str]) -> None:
