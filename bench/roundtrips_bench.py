@@ -9,7 +9,13 @@ command listener) by command and collection: a port call may be several commands
 (a claim is an update and a read of what it took), and the wire count is the
 round trips.
 
-    .venv/bin/python bench/roundtrips_bench.py [--jobs 2000] [--seconds 10]
+    .venv/bin/python bench/roundtrips_bench.py [--jobs 2000] [--seconds 10] [--group 1]
+
+Commands are also split into those paid per batch of fired jobs and those paid
+per interval whatever the rate (`per_job`): with `--group G` the jobs fall due G
+at once, so the first count is what batches of about G cost per job while the
+store keeps up (at 10,000 fires/s, the daemon's claim windows hold about 32 jobs,
+`COALESCE_JOBS`).
 """
 
 from __future__ import annotations
@@ -46,11 +52,34 @@ from timer_service.store.recording import recording  # noqa: E402
 WIRE_NOISE = {"ping", "hello", "isMaster", "ismaster", "endSessions", "killCursors"}
 
 
+# A job's own reads: a claim's or a mark's read-back (by claim token, send token or
+# identity). Other finds of a bucket are a second's load (one per second and
+# partition at any rate) and the reconciler's and sweeps' scans, per interval.
+JOB_READ_FIELDS = {"claim", "sending", "_id"}
+
+
+def per_job(name: str, family: str, command: dict[str, object]) -> bool:
+    """Whether a command is paid per batch of fired jobs (claims, marks, outcomes and
+    their rounds), as opposed to per interval (leases, heartbeats, the seconds index,
+    the reconciler's scans): the first shrinks per job as batches grow with the rate,
+    the second as the rate grows."""
+    if family == "rounds":
+        return name != "find"
+    if family != "jobs_b*":
+        return False
+    if name != "find":
+        return True
+    query = command.get("filter")
+    keys = set(query) if isinstance(query, dict) else set()
+    return bool(keys & JOB_READ_FIELDS)
+
+
 class WireCount(monitoring.CommandListener):
     """Every command sent, by (command, collection family); buckets counted as one."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.per_job: Counter[tuple[str, str]] = Counter()  # those paid per batch (`per_job`)
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         name = event.command_name
@@ -63,6 +92,8 @@ class WireCount(monitoring.CommandListener):
         if family.startswith("jobs_b"):
             family = "jobs_b*"
         self.counts[(name, family)] += 1
+        if per_job(name, family, event.command):
+            self.per_job[(name, family)] += 1
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass
@@ -71,7 +102,7 @@ class WireCount(monitoring.CommandListener):
         pass
 
 
-async def run(jobs: int, seconds: int) -> None:
+async def run(jobs: int, seconds: int, group: int) -> None:
     wire = WireCount()
     monitoring.register(wire)  # before the store's clients are made
     server = SecantusServer()
@@ -88,8 +119,12 @@ async def run(jobs: int, seconds: int) -> None:
     broker = Broker(settings, store, queue, metrics, clock)
     try:
         first_due = clock.now_ms() + 4000
-        step = seconds * 1000 / jobs
-        batch = [NewJob("rt", f"j{i}", first_due + int(i * step), "null") for i in range(jobs)]
+        # Groups of `group` jobs due at the same instant, spread evenly over the run: a
+        # claim, a mark and an outcome write take about a group each.
+        step = seconds * 1000 * group / jobs
+        batch = [
+            NewJob("rt", f"j{i}", first_due + int((i // group) * step), "null") for i in range(jobs)
+        ]
         for start in range(0, jobs, 1000):
             await store.jobs.create_jobs(batch[start : start + 1000], clock.now_ms())
         before = Counter(store.ops)
@@ -103,6 +138,7 @@ async def run(jobs: int, seconds: int) -> None:
         # counted apart: it is paid once per takeover, not per fired job.
         await asyncio.sleep(max(0.0, (first_due - 200 - clock.now_ms()) / 1000))
         wire_started = Counter(wire.counts)
+        per_job_started, firing_from = Counter(wire.per_job), time.monotonic()
         deadline = time.monotonic() + seconds + 120
         while time.monotonic() < deadline:
             delivered = metrics.registry.get_sample_value(
@@ -112,6 +148,9 @@ async def run(jobs: int, seconds: int) -> None:
                 break
             await asyncio.sleep(0.5)
         await asyncio.sleep(3)  # let the last outcomes land
+        per_job_counts, firing_s = Counter(wire.per_job), time.monotonic() - firing_from
+        per_job_counts.subtract(per_job_started)
+        per_job_count = sum(v for v in per_job_counts.values() if v > 0)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         store_cpu = process_cpu_s(server.proc.pid) - store_cpu0
         lateness = metrics.registry.get_sample_value(
@@ -123,8 +162,9 @@ async def run(jobs: int, seconds: int) -> None:
             ops.pop(noise, None)
         total = sum(v for v in ops.values() if v > 0)
         print(
-            f"\n{jobs:,} jobs fired over {seconds} s ({jobs / seconds:.0f}/s) on SecantusDB, "
-            f"daemon + broker in one process, in-process queue"
+            f"\n{jobs:,} jobs fired over {seconds} s ({jobs / seconds:.0f}/s, in groups of "
+            f"{group} due at once) on SecantusDB, daemon + broker in one process, "
+            f"in-process queue"
         )
         print("| store operation | calls | per fired job |\n|---|---|---|")
         for name, count in sorted(ops.items(), key=lambda kv: -kv[1]):
@@ -150,6 +190,22 @@ async def run(jobs: int, seconds: int) -> None:
             f"start-up before the first due job (takeover sweep of every bucket): "
             f"{sum(v for v in startup.values() if v > 0):,} commands, apart"
         )
+        per_interval = firing_total - polls - per_job_count
+        print(
+            f"of which per batch of jobs (claims, their rounds, marks, outcomes): "
+            f"**{per_job_count / jobs:.3f} per fired job**; per interval (leases, "
+            f"heartbeats, biz types, the seconds index, the reconciler's scans): "
+            f"{per_interval:,} in {firing_s:.0f} s = **{per_interval / firing_s:.1f}/s**, "
+            f"{per_interval / firing_s / 10_000:.4f} per job at 10,000 fires/s"
+        )
+        print(
+            "per batch: "
+            + ", ".join(
+                f"{name} {family} {count / jobs:.3f}"
+                for (name, family), count in sorted(per_job_counts.items(), key=lambda kv: -kv[1])
+                if count > 0
+            )
+        )
         print(
             f"\ndaemon + broker CPU: {cpu:.1f} s over {wall:.0f} s = "
             f"{cpu * 1e6 / jobs:.0f} µs per fired job"
@@ -171,8 +227,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--group", type=int, default=1, help="jobs due at the same instant")
     args = parser.parse_args()
-    asyncio.run(run(args.jobs, args.seconds))
+    asyncio.run(run(args.jobs, args.seconds, args.group))
 
 
 if __name__ == "__main__":
