@@ -35,7 +35,8 @@ class Held:
     @property
     def ref(self) -> SendRef:
         c = self.delivery.job
-        return SendRef(c.biz_type, c.job_id, c.second, c.claim, self.delivery.redelivered, c.due_at)
+        redelivered = self.delivery.redelivered
+        return SendRef(c.biz_type, c.job_id, c.second, c.claim, redelivered, c.due_at, c.job)
 
     def prune(self) -> bool:
         """Keep only messages whose channel is still open (a closed one's message is

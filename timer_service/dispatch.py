@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 
-from timer_service.model import Attempt
+from timer_service.model import Attempt, Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,10 @@ class Claimed:
     claimed_at: int = 0
     # The job's W3C traceparent, for the daemon's dispatch span; not in the message.
     traceparent: str | None = None
+    # The job as claimed, its history left out: the broker's send mark applies its
+    # change to it instead of reading the job back (None: a message that does not
+    # carry it, which the mark reads).
+    job: Job | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class SendRef:
     # The job's due time, as its message carries it (None: unknown). An outcome well
     # within its locator's expiry then writes no locator (`Layout.outlives_locator`).
     due_at: int | None = None
+    job: Job | None = None  # the job as claimed, if its message carries it (`Claimed.job`)
 
 
 class OutcomeKind(StrEnum):

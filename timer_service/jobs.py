@@ -370,6 +370,7 @@ def claimed(job: Job, second: int) -> Claimed:
         fence=job.fence,
         claimed_at=job.claimed_at or 0,
         traceparent=None if job.trace is None else job.trace.traceparent,
+        job=job.evolve(history=()),
     )
 
 

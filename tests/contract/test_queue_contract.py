@@ -15,10 +15,13 @@ from collections.abc import AsyncIterator
 import aio_pika
 import pytest
 
+from timer_service import jobs
 from timer_service.dispatch import Claimed
+from timer_service.model import Job, JobState
 from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.queue.memory import MemoryQueue
+from timer_service.tracecontext import TraceContext
 
 WAIT_S = 5.0
 ORDERS, INVOICES = "orders", "invoices"
@@ -142,6 +145,23 @@ async def test_publish_then_consume_returns_every_field(queue: DispatchQueue) ->
     [delivery] = await inbox.wait_for(1, "the published job")
     assert delivery.job == sent, f"expected {sent}, got {delivery.job}"
     assert delivery.redelivered is False, "a first delivery is not marked redelivered"
+    await delivery.ack()
+
+
+async def test_a_message_carries_its_job_as_claimed(queue: DispatchQueue) -> None:
+    # What the broker's send mark applies its change to instead of reading the job.
+    due = SECOND * 1000 + 250
+    claimed = Job(
+        "orders", "ünï-cödé/42", due, '{"x":[1,"é"],"y":null}', JobState.DISPATCHED, 2,
+        due + 30, due - 60_000, due - 5, last_error="HTTP 503", labels=(("k", "v"),),
+        claim="d1.77.1", fence=77, claimed_at=due - 1000, budget_base=1,
+        trace=TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "a=b"),
+    )  # fmt: skip
+    sent = jobs.claimed(claimed, SECOND)
+    inbox = await consume(queue)
+    await queue.publish([sent])
+    [delivery] = await inbox.wait_for(1, "the published job")
+    assert delivery.job.job == claimed
     await delivery.ack()
 
 

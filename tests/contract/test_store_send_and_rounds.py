@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
-from tests.contract.stores import NOW, claim_second, create, new
-from timer_service.dispatch import SendRef
+from tests.contract.stores import NOW, attempt, claim_second, create, new
+from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SendRef
 from timer_service.model import Job, second_of
+from timer_service.queue.base import decode, encode
 from timer_service.store.base import Store
+from timer_service.tracecontext import TraceContext
 
 
 async def test_cancel_dispatched_then_the_send_mark_drops_it(store: Store) -> None:
@@ -84,3 +86,50 @@ async def test_opening_a_round_can_close_others_in_the_same_write(store: Store) 
     await store.dispatch.open_round("c2", 1, NOW + 5, closing=["c1", "never-opened"])
     await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # b
     assert ids_of(await store.dispatch.find_unpublished(NOW + 10, 100)) == ["b"]
+
+
+async def test_a_mark_of_messages_that_carry_their_jobs_answers_the_jobs_as_stored(
+    store: Store,
+) -> None:
+    # The message carries the job as claimed; where the mark took every job of a
+    # claim, the store answers those jobs with the mark applied, not read back. They
+    # must be what a read would give (but the history, which no message carries).
+    trace = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v")
+    labels = (("order", "42"), ("region", "eu"))
+    await create(store, new("a", payload={"x": [1, "é"]}, labels=labels, trace=trace), new("b"))
+    await create(store, new("c", payload="retried"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [refs_of_messages(c) for c in claimed]
+    # "c" has a failed attempt behind it: attempts, last error and history set.
+    [c_ref] = [r for r in refs if r.job_id == "c"]
+    assert set(await store.outcomes.start_sending([c_ref], "t0", NOW + 1)) == {"orders/c"}
+    retry = Outcome(c_ref, OutcomeKind.RETRY, attempt(1, status=503), NOW + 5600)
+    await store.outcomes.record_outcomes([retry], NOW + 2)
+    claimed = await store.dispatch.claim_due(second_of(NOW + 5000), NOW + 6000, "c2", 1, NOW + 3)
+    refs = [r for r in refs if r.job_id != "c"] + [refs_of_messages(c) for c in claimed]
+
+    marked = await store.outcomes.start_sending(refs, "t1", NOW + 10)
+    assert set(marked) == {"orders/a", "orders/b", "orders/c"}
+    for key, job in marked.items():
+        stored = await store.jobs.get_job(*key.split("/"))
+        assert stored is not None
+        assert job.evolve(history=()) == stored.evolve(history=()), key
+    assert marked["orders/c"].attempts == 1 and marked["orders/c"].last_error
+
+
+def refs_of_messages(c: Claimed) -> SendRef:
+    """The broker's reference to a job, from its message as the queue carries it."""
+    m = decode(encode(c))
+    return SendRef(m.biz_type, m.job_id, m.second, m.claim, due_at=m.due_at, job=m.job)
+
+
+async def test_a_mark_of_carried_jobs_leaves_out_one_cancelled_after_its_claim(
+    store: Store,
+) -> None:
+    await create(store, new("a"), new("b"), new("c"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    await store.jobs.cancel_job("orders", "b", NOW + 1)
+    marked = await store.outcomes.start_sending(
+        [refs_of_messages(c) for c in claimed], "t1", NOW + 2
+    )
+    assert set(marked) == {"orders/a", "orders/c"}

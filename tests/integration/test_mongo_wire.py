@@ -64,7 +64,19 @@ async def test_a_lone_job_s_send_mark_is_one_command(
     assert sum(commands.sent.values()) == 1, commands.sent
 
 
-async def test_a_batch_s_send_mark_is_an_update_and_a_read_per_bucket(
+async def test_a_batch_s_send_mark_of_messages_carrying_their_jobs_is_one_update(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    store, commands = wired
+    await create(store, *(new(j) for j in "abc"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, job=c.job) for c in claimed]
+    commands.sent.clear()
+    assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 3
+    assert commands.sent == Counter({"update": 1}), commands.sent
+
+
+async def test_a_batch_s_send_mark_without_the_jobs_is_an_update_and_a_read_per_bucket(
     wired: tuple[MongoStore, Commands],
 ) -> None:
     store, commands = wired

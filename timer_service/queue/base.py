@@ -13,31 +13,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 from timer_service.dispatch import Claimed
+from timer_service.model import Job, JobState
+from timer_service.tracecontext import TraceContext
 
 
 def encode(job: Claimed) -> bytes:
-    return json.dumps(
-        {
-            "biz_type": job.biz_type,
-            "job_id": job.job_id,
-            "second": job.second,
-            "due_at": job.due_at,
-            "next_attempt_at": job.next_attempt_at,
-            "attempt": job.attempt,
-            "claim": job.claim,
-            "fence": job.fence,
-            "claimed_at": job.claimed_at,
-        },
-        separators=(",", ":"),
-    ).encode()
+    message: dict[str, Any] = {
+        "biz_type": job.biz_type,
+        "job_id": job.job_id,
+        "second": job.second,
+        "due_at": job.due_at,
+        "next_attempt_at": job.next_attempt_at,
+        "attempt": job.attempt,
+        "claim": job.claim,
+        "fence": job.fence,
+        "claimed_at": job.claimed_at,
+    }
+    if job.job is not None:
+        message["job"] = _job_fields(job.job)
+    return json.dumps(message, separators=(",", ":")).encode()
 
 
 def decode(body: bytes) -> Claimed:
     d = json.loads(body)
-    return Claimed(
+    claimed = Claimed(
         biz_type=d["biz_type"],
         job_id=d["job_id"],
         second=d["second"],
@@ -47,6 +50,51 @@ def decode(body: bytes) -> Claimed:
         claim=d["claim"],
         fence=d.get("fence", 0),
         claimed_at=d.get("claimed_at", 0),
+    )
+    job = d.get("job")
+    return claimed if job is None else replace(claimed, job=_job_of(claimed, job))
+
+
+def _job_fields(job: Job) -> dict[str, Any]:
+    """What a message adds of its job to the fields it has anyway (the payload as its
+    JSON text, as stored)."""
+    trace = job.trace
+    return {
+        "payload": job.payload_json,
+        "state": job.state.value,
+        "attempts": job.attempts,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "delivered_at": job.delivered_at,
+        "last_error": job.last_error,
+        "labels": [list(pair) for pair in job.labels],
+        "budget_base": job.budget_base,
+        "sending": job.sending,
+        "trace": None if trace is None else [trace.traceparent, trace.tracestate],
+    }
+
+
+def _job_of(c: Claimed, d: dict[str, Any]) -> Job:
+    trace = d["trace"]
+    return Job(
+        biz_type=c.biz_type,
+        job_id=c.job_id,
+        due_at=c.due_at,
+        payload_json=d["payload"],
+        state=JobState(d["state"]),
+        attempts=d["attempts"],
+        next_attempt_at=c.next_attempt_at,
+        created_at=d["created_at"],
+        updated_at=d["updated_at"],
+        delivered_at=d["delivered_at"],
+        last_error=d["last_error"],
+        labels=tuple((k, v) for k, v in d["labels"]),
+        claim=c.claim,
+        fence=c.fence,
+        claimed_at=c.claimed_at,
+        budget_base=d["budget_base"],
+        sending=d["sending"],
+        trace=None if trace is None else TraceContext(trace[0], trace[1]),
     )
 
 

@@ -291,8 +291,9 @@ def doc_to_job(doc: Doc) -> Job:
     )
 
 
-# Enough of a job to publish it (`jobs.claimed`), without its payload and history.
-CLAIM_PROJECTION = {"payload": 0, "history": 0}
+# What a claim reads back to publish (`jobs.claimed`): the job without its history.
+# The message carries it, so that the broker's send mark need not read it again.
+CLAIM_PROJECTION = {"history": 0}
 
 # Documents a second's load brings in its first reply (a few MB of projected keys).
 LOAD_BATCH = 50_000

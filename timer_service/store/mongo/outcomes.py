@@ -33,39 +33,48 @@ class MongoOutcomes:
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
     ) -> dict[str, Job]:
         """One conditional update per (bucket, claim) — the jobs of one claim round
-        share their claim, so a batch is a few statements, not one per job — then one
-        read per bucket of what this token marked; the buckets at once. A lone job
-        (every mark, at a trickle) is one find-and-modify instead of the two."""
+        share their claim, so a batch is a few statements, not one per job. Where an
+        update marked every job it names and their messages carry the jobs as claimed,
+        the marked jobs are those with the mark applied (nothing else writes a
+        dispatched job and leaves it so); the rest is read back, one read per bucket
+        of what this token marked. A lone job (every mark, at a trickle) is one
+        find-and-modify."""
         if len(refs) == 1:
             return await self._mark_one(refs[0], send_token, now_ms)
-        groups: dict[tuple[int, str, bool], list[str]] = defaultdict(list)
+        groups: dict[tuple[int, str, bool], dict[str, Job | None]] = defaultdict(dict)
         for ref in refs:
-            groups[(self._l.bucket_no(ref.second), ref.claim, ref.retake)].append(_ref_key(ref))
+            group = groups[(self._l.bucket_no(ref.second), ref.claim, ref.retake)]
+            group.setdefault(_ref_key(ref), ref.job)
 
-        async def mark(b: int, claim: str, retake: bool, keys: list[str]) -> None:
+        async def mark(b: int, claim: str, retake: bool, jobs: dict[str, Job | None]) -> None:
             change = machine.start_sending(claim, send_token, now_ms, retake)
+            keys = list(jobs)
             query = {
                 "_id": {"$in": keys},
                 **self._l.shard_keys(keys),
                 **guard_filter(change.guard),
                 **unmarked(now_ms),
             }
-            await self._l.buckets[b].update_many(query, change_update(change))
+            result = await self._l.buckets[b].update_many(query, change_update(change))
+            if result.modified_count == len(keys) and all(jobs.values()):
+                marked.update((k, change.apply(j)) for k, j in jobs.items() if j is not None)
+            else:
+                to_read[b].extend(keys)
 
-        await asyncio.gather(*(mark(b, c, r, keys) for (b, c, r), keys in groups.items()))
-        by_bucket: dict[int, list[str]] = defaultdict(list)
-        for (b, _, _), keys in groups.items():
-            by_bucket[b].extend(keys)
+        marked: dict[str, Job] = {}
+        to_read: dict[int, list[str]] = defaultdict(list)
+        await asyncio.gather(*(mark(b, c, r, jobs) for (b, c, r), jobs in groups.items()))
         found = await asyncio.gather(
             *(
                 self._l.buckets[b]
                 .find({"_id": {"$in": keys}, **self._l.shard_keys(keys), "sending": send_token})
                 .batch_size(one_reply(len(keys)))
                 .to_list(None)
-                for b, keys in by_bucket.items()
+                for b, keys in to_read.items()
             )
         )
-        return {d["_id"]: doc_to_job(d) for docs in found for d in docs}
+        marked.update((d["_id"], doc_to_job(d)) for docs in found for d in docs)
+        return marked
 
     async def _mark_one(self, ref: SendRef, send_token: str, now_ms: int) -> dict[str, Job]:
         bucket = self._l.buckets[self._l.bucket_no(ref.second)]
