@@ -356,8 +356,15 @@ def start_sending(claim_token: str, send_token: str, now_ms: int, retake: bool =
     )
 
 
+# A message carries its job (`Claimed.job`) only with a payload up to this many
+# characters: a herd claimed ahead of its publishing is held in the daemon's memory
+# (100,000 jobs: ~180 B each for the job's fields, plus the payload), and in the queue.
+CARRIED_PAYLOAD_CHARS = 1024
+
+
 def claimed(job: Job, second: int) -> Claimed:
-    """What the daemon publishes for a job it has just claimed."""
+    """What the daemon publishes for a job it has just claimed; the job itself when its
+    payload is small (the broker's send mark then need not read it back)."""
     assert job.next_attempt_at is not None and job.claim is not None
     return Claimed(
         biz_type=job.biz_type,
@@ -370,7 +377,7 @@ def claimed(job: Job, second: int) -> Claimed:
         fence=job.fence,
         claimed_at=job.claimed_at or 0,
         traceparent=None if job.trace is None else job.trace.traceparent,
-        job=job.evolve(history=()),
+        job=job.evolve(history=()) if len(job.payload_json) <= CARRIED_PAYLOAD_CHARS else None,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.contract.stores import NOW, attempt, claim_second, create, new
 from timer_service.dispatch import Claimed, Outcome, OutcomeKind, SendRef
+from timer_service.jobs import CARRIED_PAYLOAD_CHARS
 from timer_service.model import Job, second_of
 from timer_service.queue.base import decode, encode
 from timer_service.store.base import Store
@@ -133,3 +134,13 @@ async def test_a_mark_of_carried_jobs_leaves_out_one_cancelled_after_its_claim(
         [refs_of_messages(c) for c in claimed], "t1", NOW + 2
     )
     assert set(marked) == {"orders/a", "orders/c"}
+
+
+async def test_a_job_with_a_large_payload_is_read_back_by_its_mark(store: Store) -> None:
+    large = "x" * (CARRIED_PAYLOAD_CHARS + 1)
+    await create(store, new("big", payload=large), new("small"))
+    claimed = await claim_second(store, second_of(NOW + 5000))
+    refs = {r.job_id: r for r in (refs_of_messages(c) for c in claimed)}
+    assert refs["big"].job is None and refs["small"].job is not None
+    marked = await store.outcomes.start_sending(list(refs.values()), "t1", NOW + 2)
+    assert marked["orders/big"].payload == large
