@@ -32,8 +32,11 @@ class BacklogSecond:
 # A claim also takes what falls due up to this much after its own window: at low rates
 # one round per ~half second instead of one per job (4 commands each on the wire).
 COALESCE_MS = 500
-# ... but only about this many jobs' worth at the current rate (`ClaimPace`).
-COALESCE_JOBS = 32
+# ... but only about this many jobs' worth at the current rate (`ClaimPace`). A claim
+# of 64 costs about 0.09 store round trips per fired job with its mark and outcome,
+# one of 32 about 0.13 (bench/roundtrips_bench.py --group); delivery p99 at 500/s
+# the same (bench/README.md).
+COALESCE_JOBS = 64
 
 
 @dataclass(slots=True)
@@ -76,9 +79,9 @@ class ClaimPace:
     """How far past its own window a live claim reaches: `most_ms` while claims are
     few, less as they grow, so that a window holds about `jobs` jobs at the rate of the
     last second. A trickle then costs one claim round per window instead of one per
-    job, while a steady flow still goes out in small groups: 500 ms windows at 500
-    jobs/s handed the broker 250 messages at once, and its sends due meanwhile waited
-    (delivery p99 3.4 -> 8.2 ms, bench/lateness_bench.py --store memory)."""
+    job, while a steady flow still goes out in groups of about `jobs`: 500 ms windows
+    at 500 jobs/s handed the broker 250 messages at once, and its sends due meanwhile
+    waited (delivery p99 3.4 -> 8.2 ms, bench/lateness_bench.py --store memory)."""
 
     most_ms: int
     jobs: int = COALESCE_JOBS
