@@ -50,10 +50,13 @@ class Costs:
     daemon_cpu_us: float = 855.0
     broker_cpu_us: float = 306.0  # callback_bench (in-memory store), outcome writes included
     store_writes: float = 3.0  # claim, send mark, outcome (docs/architecture.md)
-    # roundtrips_bench --jobs 2000 (200/s): commands on the wire while firing, without
-    # the embedded store's change-stream polls; batches grow with the rate, so this
-    # overstates 10,000/s.
-    store_round_trips: float = 0.29
+    # roundtrips_bench --group 64: commands paid per batch of fired jobs (claims and
+    # their rounds, marks, outcomes) when claims, marks and outcomes hold about 64
+    # jobs, as the daemon's claim windows do at high rates (COALESCE_JOBS) ...
+    store_round_trips: float = 0.087
+    # ... and those paid per interval whatever the rate, by one daemon and one broker
+    # (leases, heartbeats, biz types, the seconds index, the reconciler's scans).
+    store_round_trips_per_s: float = 11.2
     store_cpu_ms_secantus: float = 7.7  # roundtrips_bench --jobs 2000, SecantusDB only
     wheel_bytes_per_timer: float = 145.0  # wheel_bench
     lookahead_s: float = 5.0  # TIMER_LOOKAHEAD_MS default: what the wheel holds
@@ -100,6 +103,11 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
     )
     daemon_cores = fires * c.daemon_cpu_us / 1e6
     broker_cores = fires * c.broker_cpu_us / 1e6
+    # Every daemon and broker pays its share of the per-interval round trips.
+    processes = math.ceil(daemon_cores / a.core_per_process) + math.ceil(
+        broker_cores / a.core_per_process
+    )
+    round_trips = fires * c.store_round_trips + processes / 2 * c.store_round_trips_per_s
     writes = fires * c.store_writes
     rabbit = fires * c.rabbit_msgs
     wheel_mb = fires * c.lookahead_s * c.wheel_bytes_per_timer / 1e6
@@ -125,7 +133,8 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
         ),
         (
             "store round trips",
-            f"{fires * c.store_round_trips:,.0f}/s ({c.store_round_trips}/job)",
+            f"{round_trips:,.0f}/s ({round_trips / fires:.3f}/job: {c.store_round_trips:g} per "
+            f"job in batches, {c.store_round_trips_per_s:g}/s per daemon and broker pair)",
             "batched: not a bound",
             0.0,
         ),

@@ -18,7 +18,8 @@ Rounds whose claims are confirmed are closed in the same write that opens the
 next round (one round trip per claim for the pair, not two), or on their own
 within `CLOSE_WITHIN_MS` if no round is opened meanwhile: a round left open a
 second longer than needed only matters to the reconciler, which waits
-`reconcile_after_ms` (a minute by default) before it looks.
+`reconcile_after_ms` (a minute by default) before it looks; with a shorter
+wait, within an eighth of it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Rounds:
         self._clock = clock
         self._metrics = metrics
         self._max_spare_age_ms = max_spare_age_ms
+        # max_spare_age_ms is half the reconciler's wait: close within an eighth of it.
+        self._close_within_ms = min(CLOSE_WITHIN_MS, max_spare_age_ms // 4)
         self._spare: _Spare | None = None
         self._closing: set[str] = set()  # confirmed claims whose round is still open
         self._closer: asyncio.Task[None] | None = None
@@ -120,7 +123,7 @@ class Rounds:
         await self.close_now()
 
     async def _close_later(self) -> None:
-        await self._clock.sleep(CLOSE_WITHIN_MS / 1000)
+        await self._clock.sleep(self._close_within_ms / 1000)
         await self.close_now()
 
     async def _open(self, token: str, fence: int, now: int) -> None:

@@ -73,3 +73,16 @@ async def test_a_failed_open_keeps_its_closes_for_the_next(
     second = await rounds.take(FENCE)
     assert open_rounds(store) == {second}
     await rounds.stop()
+
+
+async def test_a_short_reconcile_wait_closes_rounds_sooner(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # Reconciling after 800 ms (spares live 400 ms): a round confirmed but left open
+    # for a second would look unpublished to the reconciler.
+    rounds = Rounds(store.dispatch, ClaimTokens("d1"), clock, Metrics(), max_spare_age_ms=400)
+    first = await rounds.take(FENCE)
+    rounds.confirmed([first])
+    await clock.run_for(100)
+    assert open_rounds(store) == set()
+    await rounds.stop()
