@@ -50,13 +50,14 @@ class Costs:
     daemon_cpu_us: float = 855.0
     broker_cpu_us: float = 306.0  # callback_bench (in-memory store), outcome writes included
     store_writes: float = 3.0  # claim, send mark, outcome (docs/architecture.md)
-    # roundtrips_bench --group 64: commands paid per batch of fired jobs (claims and
-    # their rounds, marks, outcomes) when claims, marks and outcomes hold about 64
-    # jobs, as the daemon's claim windows do at high rates (COALESCE_JOBS) ...
-    store_round_trips: float = 0.087
+    # roundtrips_bench --jobs 1280 --seconds 20 --group 64: commands paid per batch of
+    # fired jobs (claims and their rounds, marks, outcomes) when a claim holds 64 jobs,
+    # as the daemon's claim windows do at high rates (COALESCE_JOBS); groups 1 s apart,
+    # so each is its own claim (0.111, 0.112; 0.5 s apart two share one: 0.059-0.087) ...
+    store_round_trips: float = 0.112
     # ... and those paid per interval whatever the rate, by one daemon and one broker
     # (leases, heartbeats, biz types, the seconds index, the reconciler's scans).
-    store_round_trips_per_s: float = 11.2
+    store_round_trips_per_s: float = 10.4
     store_cpu_ms_secantus: float = 7.7  # roundtrips_bench --jobs 2000, SecantusDB only
     wheel_bytes_per_timer: float = 145.0  # wheel_bench
     lookahead_s: float = 5.0  # TIMER_LOOKAHEAD_MS default: what the wheel holds
