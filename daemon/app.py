@@ -190,8 +190,11 @@ class Daemon:
 
     async def _settle(self) -> None:
         """Before a partition's lease is handed back or re-fenced: publish what was
-        claimed (bounded: the lease must still be renewed in time)."""
+        claimed (bounded: the lease must still be renewed in time) and close the rounds
+        confirmed, which the next holder would otherwise take for claims never
+        published and republish at once."""
         await self.publisher.drain(self.settings.lease_ttl_ms / 3000)
+        await self.claims.close_now()
 
     def _lease_changed(self) -> None:
         term = self.lease.current()

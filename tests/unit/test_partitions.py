@@ -131,6 +131,30 @@ async def test_a_newcomer_takes_its_share_from_the_others_with_no_job_lost(
         assert min(times) <= due_at, f"{job_id}: first publish {min(times)} after due {due_at}"
 
 
+async def test_a_handover_republishes_nothing_the_old_owner_published(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # The newcomer republishes at once the open claim rounds of the partitions it takes
+    # (a previous owner's claims never confirmed). The old owner closes its confirmed
+    # rounds before it hands a lease back, so that none of them looks unconfirmed.
+    a, b = daemon(store, clock), daemon(store, clock)
+    start = clock.now_ms()
+    await run_until(start + 2 * TTL_MS, a, b, max_step_ms=200)
+    now = clock.now_ms()
+    due = {f"j{i}": now + 500 + i * 50 for i in range(300)}  # across the whole handover
+    await create(store, now, *due.items())
+    c = daemon(store, clock)
+    await run_until(now + 20_000, a, b, c, max_step_ms=100)
+    assert min(owned(a, b, c)) >= 2, owned(a, b, c)
+    twice = {
+        job_id: times
+        for job_id in due
+        if len(times := a.queue.times(job_id) + b.queue.times(job_id) + c.queue.times(job_id))
+        != 1
+    }
+    assert not twice, f"published other than once: {twice}"
+
+
 async def test_a_dead_daemons_partitions_are_taken_within_two_ttls(
     store: MemoryStore, clock: FakeClock
 ) -> None:
