@@ -149,8 +149,7 @@ async def test_a_handover_republishes_nothing_the_old_owner_published(
     twice = {
         job_id: times
         for job_id in due
-        if len(times := a.queue.times(job_id) + b.queue.times(job_id) + c.queue.times(job_id))
-        != 1
+        if len(times := a.queue.times(job_id) + b.queue.times(job_id) + c.queue.times(job_id)) != 1
     }
     assert not twice, f"published other than once: {twice}"
 
