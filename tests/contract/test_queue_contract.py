@@ -157,7 +157,7 @@ async def test_a_message_carries_its_job_as_claimed(queue: DispatchQueue) -> Non
         claim="d1.77.1", fence=77, claimed_at=due - 1000, budget_base=1,
         trace=TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "a=b"),
     )  # fmt: skip
-    sent = jobs.claimed(claimed, SECOND)
+    sent = jobs.claimed(claimed, SECOND, carry=True)
     inbox = await consume(queue)
     await queue.publish([sent])
     [delivery] = await inbox.wait_for(1, "the published job")

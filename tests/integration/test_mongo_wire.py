@@ -70,6 +70,7 @@ async def test_a_batch_s_send_mark_of_messages_carrying_their_jobs_is_one_update
     store, commands = wired
     await create(store, *(new(j) for j in "abc"))
     claimed = await claim_second(store, second_of(NOW + 5000))
+    assert all(c.job is not None for c in claimed), "a claim's messages carry their jobs"
     refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, job=c.job) for c in claimed]
     commands.sent.clear()
     assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 3

@@ -122,7 +122,7 @@ class MongoDispatch:
         mine = self._scoped({"second": second, "claim": claim})
         found = coll.find(mine, CLAIM_PROJECTION).batch_size(one_reply(result.modified_count))
         docs = await found.to_list(None)
-        return [machine.claimed(doc_to_job(d), d["second"]) for d in docs]
+        return [machine.claimed(doc_to_job(d), d["second"], carry=True) for d in docs]
 
     @staticmethod
     async def _bounded(coll: Any, query: Doc, limit: int) -> Doc:
@@ -366,7 +366,7 @@ class MongoDispatch:
             mine = {"_id": {"$in": keys}, **self._l.shard_keys(keys), "claim": claim}
             found = bucket.find(mine, CLAIM_PROJECTION).batch_size(one_reply(len(keys)))
             docs = await found.to_list(None)
-            out.extend(machine.claimed(doc_to_job(d), d["second"]) for d in docs)
+            out.extend(machine.claimed(doc_to_job(d), d["second"], carry=True) for d in docs)
         return out
 
     async def count_jobs(self, states: Collection[JobState]) -> dict[tuple[str, JobState], int]:
