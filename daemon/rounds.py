@@ -104,8 +104,8 @@ class Rounds:
             self._closer = asyncio.create_task(self._close_later(), name="daemon-close-rounds")
 
     async def close_now(self) -> None:
-        """Close the confirmed claims' rounds now (at stop); a failure only costs the
-        reconciler a spare republish later."""
+        """Close the confirmed claims' rounds now (at stop, and before a lease is handed
+        over); a failure only costs the reconciler a spare republish later."""
         closing, self._closing = self._closing, set()
         if not closing:
             return

@@ -21,13 +21,19 @@ def open_rounds(store: MemoryStore) -> set[str]:
     return set(store.state.rounds)
 
 
+async def confirmed_round(rounds: Rounds) -> str:
+    """A round opened, claimed under and confirmed: its token."""
+    token = await rounds.take(FENCE)
+    rounds.confirmed([token])
+    return token
+
+
 async def test_a_confirmed_round_closes_in_the_write_that_opens_the_next(
     store: MemoryStore, clock: FakeClock
 ) -> None:
     counted = recording(store)
     rounds = rounds_of(counted, clock)
-    first = await rounds.take(FENCE)
-    rounds.confirmed([first])
+    await confirmed_round(rounds)
     second = await rounds.take(FENCE)
     assert open_rounds(store) == {second}
     assert counted.ops == {"open_round": 2}, "the close rode on the second open"
@@ -38,8 +44,7 @@ async def test_a_confirmed_round_closes_on_its_own_when_no_round_opens(
     store: MemoryStore, clock: FakeClock
 ) -> None:
     rounds = rounds_of(recording(store), clock)
-    first = await rounds.take(FENCE)
-    rounds.confirmed([first])
+    first = await confirmed_round(rounds)
     await clock.run_for(CLOSE_WITHIN_MS - 1)
     assert open_rounds(store) == {first}
     await clock.run_for(1)
@@ -49,8 +54,7 @@ async def test_a_confirmed_round_closes_on_its_own_when_no_round_opens(
 
 async def test_stop_closes_what_is_confirmed(store: MemoryStore, clock: FakeClock) -> None:
     rounds = rounds_of(recording(store), clock)
-    first = await rounds.take(FENCE)
-    rounds.confirmed([first])
+    await confirmed_round(rounds)
     await rounds.stop()
     assert open_rounds(store) == set()
 
@@ -59,8 +63,7 @@ async def test_a_failed_open_keeps_its_closes_for_the_next(
     store: MemoryStore, clock: FakeClock
 ) -> None:
     rounds = rounds_of(recording(store), clock)
-    first = await rounds.take(FENCE)
-    rounds.confirmed([first])
+    first = await confirmed_round(rounds)
     real = store.dispatch.open_round
 
     async def failing(*args: object, **kwargs: object) -> None:
@@ -81,8 +84,7 @@ async def test_a_short_reconcile_wait_closes_rounds_sooner(
     # Reconciling after 800 ms (spares live 400 ms): a round confirmed but left open
     # for a second would look unpublished to the reconciler.
     rounds = Rounds(store.dispatch, ClaimTokens("d1"), clock, Metrics(), max_spare_age_ms=400)
-    first = await rounds.take(FENCE)
-    rounds.confirmed([first])
+    await confirmed_round(rounds)
     await clock.run_for(100)
     assert open_rounds(store) == set()
     await rounds.stop()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
 from timer_service.dispatch import Claimed
@@ -40,7 +39,7 @@ def encode(job: Claimed) -> bytes:
 
 def decode(body: bytes) -> Claimed:
     d = json.loads(body)
-    claimed = Claimed(
+    return Claimed(
         biz_type=d["biz_type"],
         job_id=d["job_id"],
         second=d["second"],
@@ -50,9 +49,8 @@ def decode(body: bytes) -> Claimed:
         claim=d["claim"],
         fence=d.get("fence", 0),
         claimed_at=d.get("claimed_at", 0),
+        job=None if (job := d.get("job")) is None else _job_of(d, job),
     )
-    job = d.get("job")
-    return claimed if job is None else replace(claimed, job=_job_of(claimed, job))
 
 
 def _job_fields(job: Job) -> dict[str, Any]:
@@ -74,24 +72,25 @@ def _job_fields(job: Job) -> dict[str, Any]:
     }
 
 
-def _job_of(c: Claimed, d: dict[str, Any]) -> Job:
+def _job_of(m: dict[str, Any], d: dict[str, Any]) -> Job:
+    """The job a message carries: `d`, with the message's own fields `m`."""
     trace = d["trace"]
     return Job(
-        biz_type=c.biz_type,
-        job_id=c.job_id,
-        due_at=c.due_at,
+        biz_type=m["biz_type"],
+        job_id=m["job_id"],
+        due_at=m["due_at"],
         payload_json=d["payload"],
         state=JobState(d["state"]),
         attempts=d["attempts"],
-        next_attempt_at=c.next_attempt_at,
+        next_attempt_at=m["next_attempt_at"],
         created_at=d["created_at"],
         updated_at=d["updated_at"],
         delivered_at=d["delivered_at"],
         last_error=d["last_error"],
         labels=tuple((k, v) for k, v in d["labels"]),
-        claim=c.claim,
-        fence=c.fence,
-        claimed_at=c.claimed_at,
+        claim=m["claim"],
+        fence=m.get("fence", 0),
+        claimed_at=m.get("claimed_at", 0),
         budget_base=d["budget_base"],
         sending=d["sending"],
         trace=None if trace is None else TraceContext(trace[0], trace[1]),
