@@ -8,6 +8,7 @@ from typing import Any
 from broker.callback import CallbackRequest, Response
 from broker.lane import CHECK_AHEAD_MS
 from tests.unit.test_broker_lane import (
+    OUTCOME_WAIT_MS,
     FakeDelivery,
     claimed_jobs,
     make_lane,
@@ -48,7 +49,7 @@ async def test_any_send_failure_is_a_failed_attempt_and_the_message_is_settled(
     await settle()
     lane._step()
     await settle()
-    await fake_clock.run_for(10)
+    await fake_clock.run_for(OUTCOME_WAIT_MS)
     assert exploding.calls == 1
     after = await store.jobs.get_job("orders", job.job_id)
     assert after is not None and after.state == JobState.PENDING, f"stuck: {after}"

@@ -10,7 +10,7 @@ import pytest
 
 from broker.callback import CallbackRequest, Response
 from broker.lane import CHECK_AHEAD_MS, CHECK_GIVE_UP_AFTER_S, Lane
-from broker.outcomes import OutcomeWriter
+from broker.outcomes import FLUSH_AFTER_S, OutcomeWriter
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed, SendRef
 from timer_service.errors import CallbackInFlight
@@ -52,6 +52,10 @@ class FakeDelivery:
 
     async def drop(self) -> None:
         self.fates.append("drop")
+
+
+# Long enough for the outcome writer's batch to be written.
+OUTCOME_WAIT_MS = round(FLUSH_AFTER_S * 1000) + 10
 
 
 async def settle() -> None:
@@ -129,7 +133,7 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     await settle()
     assert [at for at, _ in sender.sent] == [due], f"expected one send at {due}, got {sender.sent}"
     await settle()
-    await fake_clock.run_for(10)  # the outcome writer's batching window
+    await fake_clock.run_for(OUTCOME_WAIT_MS)
     done = await store.jobs.get_job("orders", "j0")
     assert done.state is JobState.DELIVERED and done.history[0].at == due, f"got {done}"
     assert delivery.fates == ["ack"], f"expected the message acked once, got {delivery.fates}"
@@ -323,7 +327,7 @@ async def test_a_cancel_after_the_mark_answers_in_flight_and_the_callback_goes_o
     lane._step()
     await settle()
     assert [at for at, _ in sender.sent] == [due], f"expected the marked send at {due}"
-    await fake_clock.run_for(10)
+    await fake_clock.run_for(OUTCOME_WAIT_MS)
     done = await store.jobs.get_job("orders", "j0")
     assert done.state is JobState.DELIVERED, f"got {done.state}"
     await lane.close()

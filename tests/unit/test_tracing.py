@@ -22,6 +22,7 @@ from broker.callback import CallbackRequest, Response, build_request
 from broker.lane import Lane
 from broker.outcomes import OutcomeWriter
 from tests.unit.daemon_harness import Harness, run_until
+from tests.unit.test_broker_lane import OUTCOME_WAIT_MS
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
@@ -98,7 +99,7 @@ async def send_once(
             break
         clock.advance(max(1, round((delay or 0.001) * 1000)))
     assert len(sender.sent) == before + 1, f"{job_id}: expected one more callback"
-    await clock.run_for(10)  # the outcome writer's batching window
+    await clock.run_for(OUTCOME_WAIT_MS)
     for _ in range(20):
         await asyncio.sleep(0)
 
@@ -200,7 +201,7 @@ async def test_one_trace_links_registration_dispatch_and_callback(
         if sender.sent:
             break
         fake_clock.advance(10)
-    await fake_clock.run_for(10)
+    await fake_clock.run_for(OUTCOME_WAIT_MS)
     await lane.close()
     await daemon.daemon.stop()
 
