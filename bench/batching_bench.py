@@ -12,8 +12,9 @@ MongoDB adapter sends for it:
 - a claim (`claim_due`): an update and its read-back (one second, so one bucket);
 - a claim round (`open_round`, closing the confirmed ones in the same write; or
   `close_rounds` alone): one command;
-- a send mark (`start_sending`): one update per (bucket, claim) among its jobs, the
-  message carrying its job (MongoDB only; payload <= 1 KiB, the normal case);
+- a send mark (`start_sending`): one update command per bucket among its jobs (a
+  statement per claim in it), the message carrying its job (MongoDB only; payload
+  <= 1 KiB, the normal case);
 - outcomes (`record_outcomes`): one bulk update per bucket among its jobs.
 
 Everything else (leases, heartbeats, the seconds index, loads, the reconciler) is
@@ -67,7 +68,7 @@ def _round(args: tuple[Any, ...], result: Any) -> tuple[int, int]:
 
 def _marked(args: tuple[Any, ...], result: Any) -> tuple[int, int]:
     refs = args[0]
-    return len(refs), len({(r.second % BUCKETS, r.claim) for r in refs})
+    return len(refs), len({r.second % BUCKETS for r in refs})
 
 
 def _recorded(args: tuple[Any, ...], result: Any) -> tuple[int, int]:

@@ -117,3 +117,23 @@ async def test_a_round_opened_while_others_close_is_one_command(
     commands.sent.clear()
     await store.dispatch.open_round("c2", 1, NOW + 1, closing=["c1"])
     assert sum(commands.sent.values()) == 1, commands.sent
+
+
+async def test_a_send_mark_of_two_claims_in_one_bucket_is_one_update(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    """At a steady rate a lane's mark spans the end of one claim and the start of the
+    next: one update per claim was 1.7 commands per mark (bench/batching_bench.py)."""
+    store, commands = wired
+    second = second_of(NOW + 5000)
+    await create(store, new("a"), new("b"), new("c", NOW + 5500), new("d", NOW + 5500))
+    claimed = await store.dispatch.claim_due(second, NOW + 5000, "c1", 1, NOW)
+    claimed += await store.dispatch.claim_due(second, NOW + 5999, "c2", 1, NOW)
+    assert {c.claim for c in claimed} == {"c1", "c2"} and len(claimed) == 4, claimed
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, job=c.job) for c in claimed]
+    commands.sent.clear()
+    marked = await store.outcomes.start_sending(refs, "t1", NOW + 1)
+    assert commands.sent == Counter({"update": 1}), commands.sent
+    for key, job in marked.items():
+        assert job == await store.jobs.get_job(*key.split("/")), key
+    assert sorted(marked) == ["orders/a", "orders/b", "orders/c", "orders/d"]

@@ -7,7 +7,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReturnDocument, UpdateMany, UpdateOne
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
@@ -32,38 +32,52 @@ class MongoOutcomes:
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
     ) -> dict[str, Job]:
-        """One conditional update per (bucket, claim) — the jobs of one claim round
-        share their claim, so a batch is a few statements, not one per job. Where an
-        update marked every job it names and their messages carry the jobs as claimed,
-        the marked jobs are those with the mark applied (nothing else writes a
-        dispatched job and leaves it so); the rest is read back, one read per bucket
-        of what this token marked. A lone job (every mark, at a trickle) is one
-        find-and-modify."""
+        """One update command per bucket, one statement in it per claim among its jobs
+        (the jobs of one claim round share their claim, so a batch is a few statements,
+        not one per job). Where the statements marked every job they name and their
+        messages carry the jobs as claimed, the marked jobs are those with the mark
+        applied (nothing else writes a dispatched job and leaves it so); otherwise the
+        bucket's jobs are read back by this token. A lone job (every mark, at a
+        trickle) is one find-and-modify."""
         if len(refs) == 1:
             return await self._mark_one(refs[0], send_token, now_ms)
-        groups: dict[tuple[int, str, bool], dict[str, Job | None]] = defaultdict(dict)
+        by_bucket: dict[int, dict[tuple[str, bool], dict[str, Job | None]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
         for ref in refs:
-            group = groups[(self._l.bucket_no(ref.second), ref.claim, ref.retake)]
+            group = by_bucket[self._l.bucket_no(ref.second)][(ref.claim, ref.retake)]
             group.setdefault(_ref_key(ref), ref.job)
 
-        async def mark(b: int, claim: str, retake: bool, jobs: dict[str, Job | None]) -> None:
-            change = machine.start_sending(claim, send_token, now_ms, retake)
-            keys = list(jobs)
-            query = {
-                "_id": {"$in": keys},
-                **self._l.shard_keys(keys),
-                **guard_filter(change.guard),
-                **unmarked(now_ms),
+        async def mark(b: int, groups: dict[tuple[str, bool], dict[str, Job | None]]) -> None:
+            changes = {
+                group: machine.start_sending(group[0], send_token, now_ms, group[1])
+                for group in groups
             }
-            result = await self._l.buckets[b].update_many(query, change_update(change))
-            if result.modified_count == len(keys) and all(jobs.values()):
-                marked.update((k, change.apply(j)) for k, j in jobs.items() if j is not None)
+            statements = [
+                UpdateMany(
+                    {
+                        "_id": {"$in": list(jobs)},
+                        **self._l.shard_keys(list(jobs)),
+                        **guard_filter(changes[group].guard),
+                        **unmarked(now_ms),
+                    },
+                    change_update(changes[group]),
+                )
+                for group, jobs in groups.items()
+            ]
+            result = await self._l.buckets[b].bulk_write(statements, ordered=False)
+            keys = [key for jobs in groups.values() for key in jobs]
+            # A statement modifies at most the jobs it names: all of them, all marked.
+            carried = all(job is not None for jobs in groups.values() for job in jobs.values())
+            if result.modified_count == len(keys) and carried:
+                for group, jobs in groups.items():
+                    marked.update((k, changes[group].apply(j)) for k, j in jobs.items() if j)
             else:
                 to_read[b].extend(keys)
 
         marked: dict[str, Job] = {}
         to_read: dict[int, list[str]] = defaultdict(list)
-        await asyncio.gather(*(mark(b, c, r, jobs) for (b, c, r), jobs in groups.items()))
+        await asyncio.gather(*(mark(b, groups) for b, groups in by_bucket.items()))
         found = await asyncio.gather(
             *(
                 self._l.buckets[b]
