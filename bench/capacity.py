@@ -16,9 +16,11 @@ have your own figures.
     .venv/bin/python bench/capacity.py [--parked 100000000] [--fires 10000]
     .venv/bin/python bench/capacity.py --check     # the prediction against a run here
 
-`--check` predicts the herd bench's throughput on this machine (daemon and broker
-in one process over the in-memory store: bounded by one core) from the CPU per
-job that two other benches measured, then runs the herd bench and compares.
+`--check` predicts the hot path's store round trips per fired job at 800 jobs/s and
+runs bench/batching_bench.py to compare; then it predicts the herd bench's
+throughput on this machine (daemon and broker in one process over the in-memory
+store: bounded by one core) from the CPU per job that two other benches measured,
+runs the herd bench and compares.
 """
 
 from __future__ import annotations
@@ -50,13 +52,25 @@ class Costs:
     daemon_cpu_us: float = 855.0
     broker_cpu_us: float = 306.0  # callback_bench (in-memory store), outcome writes included
     store_writes: float = 3.0  # claim, send mark, outcome (docs/architecture.md)
-    # roundtrips_bench --jobs 1280 --seconds 20 --group 64: commands paid per batch of
-    # fired jobs (claims and their rounds, marks, outcomes) when a claim holds 64 jobs,
-    # as the daemon's claim windows do at high rates (COALESCE_JOBS); groups 1 s apart,
-    # so each is its own claim (0.111, 0.112; 0.5 s apart two share one: 0.059-0.087) ...
-    store_round_trips: float = 0.112
-    # ... and those paid per interval whatever the rate, by one daemon and one broker
-    # (leases, heartbeats, biz types, the seconds index, the reconciler's scans).
+    # Store round trips (MongoDB commands) on the hot path, as bench/batching_bench.py
+    # measures them at a steady rate (in-memory store, 1 ms per store call; 500 and 800
+    # jobs/s): a claim takes ~64 jobs at high rates (COALESCE_JOBS) and costs its
+    # update, its read-back and its round's write (3.15 commands per claim) ...
+    claim_jobs: float = 64.0
+    claim_commands: float = 3.15
+    # ... a busy biz type's lane marks a span (100 ms, MARK_SPAN_MS) of its jobs at a
+    # time: ~10 marks/s whatever its rate (up to 500 jobs a mark), 1.1 commands each
+    # (one per bucket among its jobs) ...
+    mark_commands_per_biz_s: float = 10.8
+    # ... and a broker writes outcomes 64 at a time or 50 ms after the first
+    # (FLUSH_BATCH, FLUSH_AFTER_S): max(its rate / 64, 20) writes/s, each one command
+    # per bucket among its jobs.
+    outcome_batch: float = 64.0
+    outcome_writes_per_s_min: float = 20.0
+    outcome_commands_per_write: float = 1.05
+    # Paid per interval whatever the rate, by one daemon and one broker (leases,
+    # heartbeats, biz types, the seconds index, the reconciler's scans):
+    # roundtrips_bench --group 64, 10.3-11.3/s.
     store_round_trips_per_s: float = 10.4
     store_cpu_ms_secantus: float = 7.7  # roundtrips_bench --jobs 2000, SecantusDB only
     wheel_bytes_per_timer: float = 145.0  # wheel_bench
@@ -92,6 +106,15 @@ def document_bytes(payload_bytes: int, labels: int) -> tuple[int, int]:
     return len(bson.encode(doc)), len(bson.encode(locator))
 
 
+def hot_round_trips(c: Costs, fires: float, brokers: int, biz_types: int) -> float:
+    """Commands/s of the hot path: claims, send marks, outcome writes."""
+    claims = fires / c.claim_jobs * c.claim_commands
+    marks = biz_types * c.mark_commands_per_biz_s
+    per_broker = fires / max(1, brokers)
+    writes = max(per_broker / c.outcome_batch, c.outcome_writes_per_s_min)
+    return claims + marks + max(1, brokers) * writes * c.outcome_commands_per_write
+
+
 def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, str, str, float]]:
     """(resource, demand, what one unit carries, units needed) rows."""
     fires = args.fires
@@ -108,7 +131,10 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
     processes = math.ceil(daemon_cores / a.core_per_process) + math.ceil(
         broker_cores / a.core_per_process
     )
-    round_trips = fires * c.store_round_trips + processes / 2 * c.store_round_trips_per_s
+    brokers = math.ceil(broker_cores / a.core_per_process)
+    round_trips = hot_round_trips(c, fires, brokers, args.biz_types) + (
+        processes / 2 * c.store_round_trips_per_s
+    )
     writes = fires * c.store_writes
     rabbit = fires * c.rabbit_msgs
     wheel_mb = fires * c.lookahead_s * c.wheel_bytes_per_timer / 1e6
@@ -134,8 +160,9 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
         ),
         (
             "store round trips",
-            f"{round_trips:,.0f}/s ({round_trips / fires:.3f}/job: {c.store_round_trips:g} per "
-            f"job in batches, {c.store_round_trips_per_s:g}/s per daemon and broker pair)",
+            f"{round_trips:,.0f}/s ({round_trips / fires:.3f}/job: claims, marks of "
+            f"{args.biz_types} busy biz types, outcomes; {c.store_round_trips_per_s:g}/s per "
+            f"daemon and broker pair)",
             "batched: not a bound",
             0.0,
         ),
@@ -182,6 +209,27 @@ def print_table(args: argparse.Namespace, rows: list[tuple[str, str, str, float]
     )
 
 
+def check_round_trips(c: Costs, rate: int = 800) -> None:
+    predicted = hot_round_trips(c, rate, 1, 1) / rate
+    print(
+        f"\nPrediction: store round trips on the hot path at {rate} jobs/s, one biz type, "
+        f"one daemon and one broker: {predicted:.4f} per fired job"
+    )
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "batching_bench.py"), "--rate", str(rate)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.search(r"\| \*\*all\*\* \| \| \| [\d,]+ \| \*\*([\d.]+)\*\* \|", out)
+    assert found, out
+    measured = float(found.group(1))
+    print(
+        f"Measured (bench/batching_bench.py --rate {rate}): {measured:.4f} per fired job:"
+        f" {measured / predicted:.2f} x the prediction"
+    )
+
+
 def check(c: Costs) -> None:
     predicted = 1e6 / (c.daemon_cpu_us + c.broker_cpu_us)
     print(
@@ -209,6 +257,9 @@ def main() -> None:
     parser.add_argument("--fires", type=int, default=10_000)
     parser.add_argument("--payload-bytes", type=int, default=512)
     parser.add_argument("--labels", type=int, default=2)
+    parser.add_argument(
+        "--biz-types", type=int, default=20, help="busy biz types (each marked ~10 times/s)"
+    )
     parser.add_argument("--check", action="store_true")
     costs, assumed = Costs(), Assumed()
     for obj in (costs, assumed):
@@ -222,6 +273,7 @@ def main() -> None:
                 setattr(obj, f.name, value)
     print_table(args, project(args, costs, assumed))
     if args.check:
+        check_round_trips(costs)
         check(costs)
 
 
