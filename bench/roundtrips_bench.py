@@ -14,8 +14,10 @@ round trips.
 Commands are also split into those paid per batch of fired jobs and those paid
 per interval whatever the rate (`per_job`): with `--group G` the jobs fall due G
 at once, so the first count is what batches of about G cost per job while the
-store keeps up (at 10,000 fires/s, the daemon's claim windows hold about 32 jobs,
-`COALESCE_JOBS`).
+store keeps up (at high rates the daemon's claim windows hold about 64 jobs,
+`COALESCE_JOBS`). SecantusDB saturates near 200 fires/s, so the batches a steady high
+rate makes are measured by `batching_bench.py` instead (in-memory store, a MongoDB-like
+delay per call).
 """
 
 from __future__ import annotations
