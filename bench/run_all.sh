@@ -23,6 +23,8 @@ run bench/callback_bench.py --store memory --jobs 20000 --runs 3
 run bench/callback_bench.py --store secantus --jobs 3000 --runs 3
 run bench/roundtrips_bench.py --jobs 2000 --seconds 10
 run bench/roundtrips_bench.py --jobs 250 --seconds 10
+run bench/batching_bench.py --rate 500
+run bench/batching_bench.py --rate 800
 run bench/store_write_bench.py --runs 3
 run bench/herd_bench.py --herd 100000
 run bench/api_load_bench.py --duration 60
