@@ -23,7 +23,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from broker.lane import Lane
+from broker.lane import CHECK_GIVE_UP_AFTER_S, Lane
+from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import OutcomeWriter
 from broker.ownership import plan
 from broker.sender import Sender
@@ -67,6 +68,9 @@ class Broker:
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = Sender(clock, settings.callback_target_policy())
         self._outcomes = OutcomeWriter(store, metrics, clock)
+        self._marks = MarkWriter(
+            store, metrics, clock, self.broker_id, CHECK_GIVE_UP_AFTER_S, BROKER_GATHER_S
+        )
         self.skew = SkewGuard()
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
@@ -126,6 +130,7 @@ class Broker:
         await self._outcomes.stop()
         for lane in lanes:
             await lane.close()
+        await self._marks.stop()
         self._lanes.clear()
         await self._sender.close()
         if self._beating is not None:
@@ -184,6 +189,7 @@ class Broker:
             max_hold_ms=self._settings.broker_max_hold_ms,
             tracing=self._tracing,
             handover=handover,
+            marks=self._marks,
         )
         lane.start()
         self._lanes[biz.biz_type] = lane

@@ -51,14 +51,14 @@ from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
 from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
+from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter, Pending
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
 from broker.skew import SkewGuard
-from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
-from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind, new_send_token
+from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, job_key
 from timer_service.queue.base import Delivery
@@ -70,10 +70,11 @@ log = logging.getLogger(__name__)
 
 CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
 MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
-# A mark, once the look-ahead reaches the next message, also takes what comes due in
-# this span beyond it: a steady flow is then marked a span at a time, not a message or
-# two each time the look-ahead moves on (at 500 jobs/s that was a mark per job). The
-# price: a cancel answers "in flight" up to this much earlier before the send.
+# A mark, on the beat before the look-ahead reaches the next message, takes what comes
+# due within the look-ahead and this span beyond it: a steady flow is then marked a
+# span at a time, not a message or two each time the look-ahead moves on (at 500
+# jobs/s that was a mark per job). The price: a cancel answers "in flight" up to this
+# much earlier before the send.
 MARK_SPAN_MS = 100
 MAX_CHECK_BATCH = 500
 # Marks in flight at once per lane: a herd's next batch is on its way while the store
@@ -100,6 +101,7 @@ class Lane:
         max_hold_ms: int | None = None,
         tracing: Tracing = NO_TRACING,
         handover: bool = False,
+        marks: MarkWriter | None = None,
     ) -> None:
         self.biz = biz
         # Made to take the stream over from a live broker (broker/ownership.py): the
@@ -113,6 +115,7 @@ class Lane:
         self._store = store
         self._sender = sender
         self._outcomes = outcomes
+        self._marks = marks or MarkWriter(store, metrics, clock, broker_id, CHECK_GIVE_UP_AFTER_S)
         self._metrics = metrics
         self._clock = clock
         # On the clock sends are stamped by (`fired_at`, the contract's send time), not
@@ -281,13 +284,16 @@ class Lane:
             self._start_send(item, fired_at=now)
         held = self._held
         if held and len(self._checks) < MAX_CHECKS_IN_FLIGHT:
-            horizon = now + self._check_ahead_ms
-            head = held[0]
-            if head.not_before > horizon:
-                wait_ms = min(wait_ms, head.not_before - horizon)
+            # Marks go on a beat all lanes share: the last multiple of MARK_SPAN_MS
+            # before the head is within the look-ahead. Busy lanes then ask at the
+            # same instants, and their asks share a store call (broker/marks.py).
+            due_at = held[0].not_before - self._check_ahead_ms
+            beat_at = due_at - due_at % MARK_SPAN_MS
+            if beat_at > now:
+                wait_ms = min(wait_ms, beat_at - now)
             else:
                 budget = self._mark_budget(self._bucket_s(now))
-                reach = (horizon + MARK_SPAN_MS, math.inf)
+                reach = (now + self._check_ahead_ms + MARK_SPAN_MS, math.inf)
                 end = min(bisect.bisect_right(held, reach, key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
                     # One message per job in a batch: the store answers by job key.
@@ -354,17 +360,9 @@ class Lane:
         for item in gone:  # their channel closed: the queue has them back
             self._forget(item)
         batch = [item for item in batch if item not in gone]
-        refs = [item.ref for item in batch]
-        send_token = new_send_token(self._broker_id)
         asked_at = self._clock.monotonic_s()
         try:
-            jobs = await retried(
-                "start_sending",
-                lambda: self._store.outcomes.start_sending(refs, send_token, self._clock.now_ms()),
-                self._metrics,
-                self._clock,
-                CHECK_GIVE_UP_AFTER_S,
-            )
+            jobs = await self._marks.mark([item.ref for item in batch])
         except Exception as exc:  # past the bound: hand the messages back
             log.error(
                 "send check failed; requeueing",

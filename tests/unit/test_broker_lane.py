@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from broker.callback import CallbackRequest, Response
-from broker.lane import CHECK_AHEAD_MS, CHECK_GIVE_UP_AFTER_S, Lane
+from broker.lane import CHECK_AHEAD_MS, CHECK_GIVE_UP_AFTER_S, MARK_SPAN_MS, Lane
 from broker.outcomes import FLUSH_AFTER_S, OutcomeWriter
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed, SendRef
@@ -113,18 +113,20 @@ async def test_holds_until_the_exact_millisecond(parts: Any, fake_clock: FakeClo
     delivery = FakeDelivery(job)
     lane.offer(delivery)
 
+    # Marked on the lanes' shared beat before the look-ahead reaches it.
+    beat_ms = 1000 - CHECK_AHEAD_MS - (due - CHECK_AHEAD_MS) % MARK_SPAN_MS
     delay = lane._step()
-    assert delay == pytest.approx((1000 - CHECK_AHEAD_MS) / 1000), f"got {delay}"
+    assert delay == pytest.approx(beat_ms / 1000), f"got {delay}"
     assert store.ops["start_sending"] == 0, "checked too early"
 
-    fake_clock.advance(1000 - CHECK_AHEAD_MS)
+    fake_clock.advance(beat_ms)
     lane._step()
     await settle()
-    assert store.ops["start_sending"] == 1, "expected one batched check at due - ahead"
+    assert store.ops["start_sending"] == 1, "expected one batched check at the beat"
     delay = lane._step()
-    assert delay == pytest.approx(CHECK_AHEAD_MS / 1000), f"got {delay}"
+    assert delay == pytest.approx((1000 - beat_ms) / 1000), f"got {delay}"
 
-    fake_clock.advance(CHECK_AHEAD_MS - 1)
+    fake_clock.advance(1000 - beat_ms - 1)
     assert lane._step() == pytest.approx(0.001)
     assert sender.sent == [], "sent before next_attempt_at"
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.lane import CHECK_AHEAD_MS, MARK_SPAN_MS
+from broker.lane import CHECK_AHEAD_MS, MARK_SPAN_MS, Lane
+from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import FLUSH_AFTER_S, OutcomeWriter, Pending
 from tests.unit.test_broker_lane import FakeDelivery, make_lane, parts
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.jobs import NewJob
 from timer_service.metrics import Metrics
-from timer_service.model import Attempt, second_of
+from timer_service.model import Attempt, BizType, second_of
 
 __all__ = ["parts"]  # the lane's fixture, used below
 
@@ -120,3 +121,57 @@ async def test_a_steady_flow_of_outcomes_is_written_a_window_at_a_time(
     assert len(writes) <= count // 20, f"{len(writes)} writes: expected 20 outcomes or more each"
 
     await writer.stop()
+
+
+async def test_busy_lanes_mark_on_a_shared_beat_in_one_store_call(
+    parts: Any, fake_clock: FakeClock
+) -> None:
+    """Four biz types at 125 jobs/s each: marked lane by lane, each would be a store call
+    about ten times a second (bench/batching_bench.py --biz-types 4: 0.084 marks per
+    fired job). On the shared beat, the broker's mark writer makes one call for all."""
+    store, sender, outcomes, metrics = parts
+    start = fake_clock.now_ms() + 1000
+    names, gap_ms, per_lane = ["a", "b", "c", "d"], 8, 250  # 2 s of jobs per lane
+    due = {}
+    for n, name in enumerate(names):
+        await store.biz_types.put_biz_type(BizType(name, "http://127.0.0.1:1/cb"))
+        for i in range(per_lane):
+            due[f"{name}{i}"] = (name, start + n + gap_ms * i)
+    await store.jobs.create_jobs(
+        [NewJob(name, job_id, at, "{}") for job_id, (name, at) in due.items()],
+        fake_clock.now_ms(),
+    )
+    claimed = []
+    for s in range(second_of(start), second_of(start + gap_ms * per_lane) + 2):
+        claimed += await store.dispatch.claim_due(s, (s + 1) * 1000, f"c{s}", 1, start)
+    marks: list[int] = []
+    store.outcomes.start_sending = slowed(fake_clock, store.outcomes.start_sending, marks)
+    shared = MarkWriter(store, metrics, fake_clock, "broker", gather_s=BROKER_GATHER_S)
+    lanes = {
+        name: Lane(
+            BizType(name, "http://127.0.0.1:1/cb", max_concurrency=64),
+            store=store,
+            sender=sender,
+            outcomes=outcomes,
+            metrics=metrics,
+            clock=fake_clock,
+            marks=shared,
+        )
+        for name in names
+    }
+    for lane in lanes.values():
+        lane.start()
+    for job in claimed:
+        lanes[job.biz_type].offer(FakeDelivery(job))
+    total = len(due)
+    assert await fake_clock.run_until(lambda: len(sender.sent) == total, 10_000)
+    late = [at - due[json.loads(req.body)["job_id"]][1] for at, req in sender.sent]
+    assert min(late) >= 0, "sent early"
+    spans = gap_ms * per_lane // MARK_SPAN_MS
+    assert len(marks) <= spans + 2, (
+        f"{len(marks)} store calls for {total} jobs of 4 lanes (sizes {marks[:12]}...): "
+        f"expected about one per {MARK_SPAN_MS} ms for all lanes"
+    )
+    for lane in lanes.values():
+        await lane.close()
+    await shared.stop()
