@@ -58,10 +58,11 @@ class Costs:
     # update, its read-back and its round's write (3.15 commands per claim) ...
     claim_jobs: float = 64.0
     claim_commands: float = 3.15
-    # ... a busy biz type's lane marks a span (100 ms, MARK_SPAN_MS) of its jobs at a
-    # time: ~10 marks/s whatever its rate (up to 500 jobs a mark), 1.1 commands each
-    # (one per bucket among its jobs) ...
-    mark_commands_per_biz_s: float = 10.8
+    # ... a broker marks on a beat (MARK_SPAN_MS, 100 ms): all its lanes' marks of a
+    # beat share a store call, ~10 a second whatever the rate and the number of biz
+    # types, 1.1 commands each (one per bucket among its jobs; 500 jobs/s over 1 or 4
+    # biz types: 111 commands in 10 s) ...
+    mark_commands_per_broker_s: float = 11.1
     # ... and a broker writes outcomes 64 at a time or 50 ms after the first
     # (FLUSH_BATCH, FLUSH_AFTER_S): max(its rate / 64, 20) writes/s, each one command
     # per bucket among its jobs.
@@ -106,10 +107,10 @@ def document_bytes(payload_bytes: int, labels: int) -> tuple[int, int]:
     return len(bson.encode(doc)), len(bson.encode(locator))
 
 
-def hot_round_trips(c: Costs, fires: float, brokers: int, biz_types: int) -> float:
+def hot_round_trips(c: Costs, fires: float, brokers: int) -> float:
     """Commands/s of the hot path: claims, send marks, outcome writes."""
     claims = fires / c.claim_jobs * c.claim_commands
-    marks = biz_types * c.mark_commands_per_biz_s
+    marks = max(1, brokers) * c.mark_commands_per_broker_s
     per_broker = fires / max(1, brokers)
     writes = max(per_broker / c.outcome_batch, c.outcome_writes_per_s_min)
     return claims + marks + max(1, brokers) * writes * c.outcome_commands_per_write
@@ -132,7 +133,7 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
         broker_cores / a.core_per_process
     )
     brokers = math.ceil(broker_cores / a.core_per_process)
-    round_trips = hot_round_trips(c, fires, brokers, args.biz_types) + (
+    round_trips = hot_round_trips(c, fires, brokers) + (
         processes / 2 * c.store_round_trips_per_s
     )
     writes = fires * c.store_writes
@@ -160,9 +161,8 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
         ),
         (
             "store round trips",
-            f"{round_trips:,.0f}/s ({round_trips / fires:.3f}/job: claims, marks of "
-            f"{args.biz_types} busy biz types, outcomes; {c.store_round_trips_per_s:g}/s per "
-            f"daemon and broker pair)",
+            f"{round_trips:,.0f}/s ({round_trips / fires:.3f}/job: claims, marks, outcomes; "
+            f"{c.store_round_trips_per_s:g}/s per daemon and broker pair)",
             "batched: not a bound",
             0.0,
         ),
@@ -210,7 +210,7 @@ def print_table(args: argparse.Namespace, rows: list[tuple[str, str, str, float]
 
 
 def check_round_trips(c: Costs, rate: int = 800) -> None:
-    predicted = hot_round_trips(c, rate, 1, 1) / rate
+    predicted = hot_round_trips(c, rate, 1) / rate
     print(
         f"\nPrediction: store round trips on the hot path at {rate} jobs/s, one biz type, "
         f"one daemon and one broker: {predicted:.4f} per fired job"
@@ -257,9 +257,6 @@ def main() -> None:
     parser.add_argument("--fires", type=int, default=10_000)
     parser.add_argument("--payload-bytes", type=int, default=512)
     parser.add_argument("--labels", type=int, default=2)
-    parser.add_argument(
-        "--biz-types", type=int, default=20, help="busy biz types (each marked ~10 times/s)"
-    )
     parser.add_argument("--check", action="store_true")
     costs, assumed = Costs(), Assumed()
     for obj in (costs, assumed):
