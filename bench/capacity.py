@@ -133,9 +133,7 @@ def project(args: argparse.Namespace, c: Costs, a: Assumed) -> list[tuple[str, s
         broker_cores / a.core_per_process
     )
     brokers = math.ceil(broker_cores / a.core_per_process)
-    round_trips = hot_round_trips(c, fires, brokers) + (
-        processes / 2 * c.store_round_trips_per_s
-    )
+    round_trips = hot_round_trips(c, fires, brokers) + (processes / 2 * c.store_round_trips_per_s)
     writes = fires * c.store_writes
     rabbit = fires * c.rabbit_msgs
     wheel_mb = fires * c.lookahead_s * c.wheel_bytes_per_timer / 1e6
