@@ -207,21 +207,29 @@ def print_table(args: argparse.Namespace, rows: list[tuple[str, str, str, float]
     )
 
 
+def bench_figure(args: list[str], pattern: str) -> float:
+    """Run `bench/<args[0]> args[1:]` and read the figure `pattern` captures."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.search(pattern, out)
+    assert found, out
+    return float(found.group(1).replace(",", ""))
+
+
 def check_round_trips(c: Costs, rate: int = 800) -> None:
     predicted = hot_round_trips(c, rate, 1) / rate
     print(
         f"\nPrediction: store round trips on the hot path at {rate} jobs/s, one biz type, "
         f"one daemon and one broker: {predicted:.4f} per fired job"
     )
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "batching_bench.py"), "--rate", str(rate)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    found = re.search(r"\| \*\*all\*\* \| \| \| [\d,]+ \| \*\*([\d.]+)\*\* \|", out)
-    assert found, out
-    measured = float(found.group(1))
+    measured = bench_figure(
+        ["batching_bench.py", "--rate", str(rate)],
+        r"\| \*\*all\*\* \| \| \| [\d,]+ \| \*\*([\d.]+)\*\* \|",
+    )
     print(
         f"Measured (bench/batching_bench.py --rate {rate}): {measured:.4f} per fired job:"
         f" {measured / predicted:.2f} x the prediction"
@@ -234,15 +242,9 @@ def check(c: Costs) -> None:
         f"\nPrediction: daemon + broker in one process on the in-memory store fire"
         f" {predicted:,.0f} jobs/s (one core / {c.daemon_cpu_us + c.broker_cpu_us:.0f} µs)"
     )
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "herd_bench.py"), "--herd", "20000"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    found = re.search(r"herd throughput \| ([\d,]+) callbacks/s", out)
-    assert found, out
-    measured = float(found.group(1).replace(",", ""))
+    measured = bench_figure(
+        ["herd_bench.py", "--herd", "20000"], r"herd throughput \| ([\d,]+) callbacks/s"
+    )
     print(
         f"Measured (bench/herd_bench.py --herd 20000): {measured:,.0f} jobs/s:"
         f" {measured / predicted:.2f} x the prediction"

@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from broker.lane import CHECK_GIVE_UP_AFTER_S, Lane
+from broker.lane import Lane
 from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import OutcomeWriter
 from broker.ownership import plan
@@ -68,9 +68,7 @@ class Broker:
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = Sender(clock, settings.callback_target_policy())
         self._outcomes = OutcomeWriter(store, metrics, clock)
-        self._marks = MarkWriter(
-            store, metrics, clock, self.broker_id, CHECK_GIVE_UP_AFTER_S, BROKER_GATHER_S
-        )
+        self._marks = MarkWriter(store, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S)
         self.skew = SkewGuard()
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}

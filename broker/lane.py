@@ -82,7 +82,6 @@ MAX_CHECK_BATCH = 500
 # trickle waits for the mark in flight instead, and goes in the next, larger batch.
 MAX_CHECKS_IN_FLIGHT = 3
 MIN_OVERLAPPING_BATCH = 32
-CHECK_GIVE_UP_AFTER_S = 10.0
 SETTLE_POLL_S = 0.02  # how often `settle` looks
 
 
@@ -115,7 +114,7 @@ class Lane:
         self._store = store
         self._sender = sender
         self._outcomes = outcomes
-        self._marks = marks or MarkWriter(store, metrics, clock, broker_id, CHECK_GIVE_UP_AFTER_S)
+        self._marks = marks or MarkWriter(store, metrics, clock, broker_id)
         self._metrics = metrics
         self._clock = clock
         # On the clock sends are stamped by (`fired_at`, the contract's send time), not

@@ -35,7 +35,7 @@ GATHER_TURNS = 3  # event-loop turns the first ask waits for the others of its m
 # so apart (each computed its wait at its own moment). A mark goes out at least 80 ms
 # before its first send (CHECK_AHEAD_MS), so this costs no lateness.
 BROKER_GATHER_S = 0.002
-GIVE_UP_AFTER_S = 10.0
+GIVE_UP_AFTER_S = 10.0  # a mark's store call retried this long; then its lanes hand back
 
 
 @dataclass(slots=True)

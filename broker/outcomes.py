@@ -81,7 +81,10 @@ class OutcomeWriter:
             self._first_at = self._clock.monotonic_s()
         self._queue.append(pending)
         self._idle.clear()
-        self._arrived.set()
+        # Only at the sizes the loop waits for (the first, an overlapping batch, a full
+        # one): waking it for every outcome of a steady flow cost a wake-up each.
+        if len(self._queue) in (1, MIN_OVERLAPPING_BATCH, FLUSH_BATCH):
+            self._arrived.set()
 
     async def drained(self) -> None:
         """Return once every submitted outcome is persisted and acked (or handed back)."""
