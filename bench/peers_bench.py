@@ -265,10 +265,10 @@ async def arq_cleanup(queue: str, run: str) -> None:
 
 def tree_cpu_s(pid: int) -> float:
     """utime + stime of a process and its live descendants (a prefork pool's children)."""
-    from lateness_bench import proc_cpu_s
+    from _common import process_cpu_s
 
     try:
-        total = proc_cpu_s(pid)
+        total = process_cpu_s(pid)
     except OSError:
         return 0.0
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -325,7 +325,8 @@ def stop_worker(proc: Any) -> None:
 async def one_run(
     peer: str, rate: int, seconds: float, lead_s: float, port: int, args: argparse.Namespace
 ) -> dict[str, float]:
-    from lateness_bench import fetch_arrivals, first_arrival_figures, proc_cpu_s
+    from _common import process_cpu_s
+    from lateness_bench import fetch_arrivals, first_arrival_figures
 
     run = uuid.uuid4().hex[:8]
     queue = f"peers-{peer}-{run}"
@@ -338,7 +339,7 @@ async def one_run(
     count = int(rate * seconds)
     try:
         cpu0 = tree_cpu_s(worker.pid)
-        server0 = proc_cpu_s(server) if server else 0.0
+        server0 = process_cpu_s(server) if server else 0.0
         first_due = now_ms() + int(lead_s * 1000)
         jobs = [(f"{run}-{i}", first_due + i * 1000 // rate) for i in range(count)]
         due = dict(jobs)
@@ -360,7 +361,7 @@ async def one_run(
             seen.update(row[0] for row in fresh if row[0] in due)
         await asyncio.sleep(0.5)  # the last tasks' acks / finish writes
         cpu = tree_cpu_s(worker.pid) - cpu0
-        server_cpu = proc_cpu_s(server) - server0 if server else 0.0
+        server_cpu = process_cpu_s(server) - server0 if server else 0.0
         rows += await fetch_arrivals(port)
     finally:
         stop_worker(worker)
