@@ -158,7 +158,11 @@ class Broker:
             taken_from = [
                 b for b, consumed in live.items() if b != self.broker_id and name in consumed
             ]
-            await self._add_lane(current[name], handover=bool(taken_from))
+            try:
+                await self._add_lane(current[name], handover=bool(taken_from))
+            except Exception as exc:  # RabbitMQ's: the next round tries again
+                self._metrics.queue_error("consume")
+                log.warning("consume failed", extra={"biz_type": name, "error": repr(exc)})
         for name, lane in self._lanes.items():
             biz = current.get(name)
             if biz is not None and lane.biz != biz:
@@ -228,12 +232,16 @@ class Broker:
             try:
                 await consumer.cancel()
             except Exception as exc:  # a dead channel hands messages back anyway
+                self._metrics.queue_error("cancel")
                 log.warning("consumer cancel failed", extra={"biz_type": name, "error": repr(exc)})
 
     # -- heartbeat -------------------------------------------------------------------
     async def _heartbeat(self) -> None:
         """Say what this broker holds (see daemon/holders.py) and learn the store's
         clock from the same round trip (broker/skew.py)."""
+        self._metrics.biz_types_consumed(
+            {name: lane.biz.paused for name, lane in self._lanes.items()}
+        )
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
         store_ms = await self._store.leases.broker_heartbeat(
             self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)

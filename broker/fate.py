@@ -99,6 +99,7 @@ async def carry_out(fate: Fate, deliveries: Sequence[Delivery], metrics: Metrics
             else:
                 await delivery.drop()
         except Exception as exc:  # a lost ack is redelivered, then dropped
+            metrics.queue_error("settle")
             log.warning(
                 "could not settle message",
                 extra={

@@ -193,6 +193,37 @@ class Metrics:
         self._store_errors = Counter(
             "timer_store_errors", "Store operations that failed", ["operation"], registry=r
         )
+        self._declare_alerting_metrics(r)
+
+    def _declare_alerting_metrics(self, r: CollectorRegistry) -> None:
+        """What the shipped alerts need beyond the families above
+        (k8s/base/prometheusrule.yaml; docs/operations.md, "Alerts and runbooks")."""
+        self._broker_consuming = Gauge(
+            "timer_broker_consuming",
+            "1 for each biz type this broker consumes now",
+            ["biz_type"],
+            registry=r,
+        )
+        self._biz_type_paused = Gauge(
+            "timer_biz_type_paused",
+            "1 while a biz type this broker consumes is paused, else 0",
+            ["biz_type"],
+            registry=r,
+        )
+        self._queue_errors = Counter(
+            "timer_queue_errors", "Queue operations that failed", ["operation"], registry=r
+        )
+        self._canary_lateness = Histogram(
+            "timer_canary_lateness_seconds",
+            "Lateness of the service's own canary callbacks",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._canary_last_success = Gauge(
+            "timer_canary_last_success_timestamp_seconds",
+            "When the last canary callback arrived (0 until the first)",
+            registry=r,
+        )
 
     # -- API
     def job_created(self, biz_type: str, count: int = 1) -> None:
@@ -280,6 +311,24 @@ class Metrics:
 
     def store_error(self, operation: str) -> None:
         self._store_errors.labels(operation).inc()
+
+    # -- what the alerts need (see _declare_alerting_metrics)
+    def biz_types_consumed(self, paused: Mapping[str, bool]) -> None:
+        """The biz types this broker consumes now, each with whether it is paused;
+        replaces the last call's, so a biz type let go of disappears."""
+        self._broker_consuming.clear()
+        self._biz_type_paused.clear()
+        for biz_type, is_paused in paused.items():
+            self._broker_consuming.labels(biz_type).set(1)
+            self._biz_type_paused.labels(biz_type).set(1 if is_paused else 0)
+
+    def queue_error(self, operation: str) -> None:
+        self._queue_errors.labels(operation).inc()
+
+    def canary_arrived(self, lateness_s: float, at_s: float) -> None:
+        """A canary callback arrived at `at_s` (epoch seconds), `lateness_s` after due."""
+        self._canary_lateness.observe(max(0.0, lateness_s))
+        self._canary_last_success.set(at_s)
 
 
 def _register_runtime_collectors(registry: CollectorRegistry) -> None:
