@@ -152,6 +152,28 @@ def test_alerts_cover_lag_leader_dead_letters_failures_and_lateness(rendered: li
                 assert annotations.get(key), f"{rule['alert']} has no {key} annotation"
 
 
+def test_alerts_cover_canary_delivery_consumption_backlog_and_errors(
+    rendered: list[Doc],
+) -> None:
+    """The outages the contract's Metrics section names: no canary for three
+    intervals, delivery lateness p99 over 1 s, due jobs with no broker consuming,
+    persistent store and queue errors; and a broker that stops sending."""
+    (rule_doc,) = of_kind(rendered, "PrometheusRule")
+    exprs = rule_expressions(rule_doc)
+    alerted = set().union(*map(referenced_metrics, exprs))
+    for name in (
+        "timer_canary_last_success_timestamp_seconds",
+        "timer_delivery_lateness_seconds_bucket",
+        "timer_broker_consuming",
+        "timer_biz_type_paused",
+        "timer_jobs_by_state",
+        "timer_store_errors_total",
+        "timer_queue_errors_total",
+    ):
+        assert name in alerted, f"no alert on {name}"
+    assert any("absent(timer_canary_last_success_timestamp_seconds)" in e for e in exprs)
+
+
 def test_dashboard_ships_in_a_labelled_configmap(rendered: list[Doc], dashboard: Doc) -> None:
     (configmap,) = [
         doc
