@@ -29,6 +29,10 @@ CONTRACT_METRICS = (
     "timer_scan_lag_seconds",
     "timer_daemon_leader",
     "timer_rate_limited_total",
+    "timer_callbacks_early_total",
+    "timer_daemon_partitions_owned",
+    "timer_canary_lateness_seconds_bucket",
+    "timer_canary_last_success_timestamp_seconds",
 )
 
 ROLE_PORTS = {"api": 8080, "daemon": 9101, "broker": 9102}
