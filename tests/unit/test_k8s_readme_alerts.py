@@ -72,3 +72,17 @@ def test_a_pipe_in_an_expression_is_escaped_for_the_table(writer: Any) -> None:
 def test_a_readme_without_the_markers_is_refused(writer: Any, rule_doc: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="markers"):
         writer.with_table("# Kubernetes manifests\n", rule_doc)
+
+
+def test_every_alert_has_a_runbook_in_operations_md(writer: Any, rule_doc: dict[str, Any]) -> None:
+    headings = [
+        line
+        for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
+        if line.startswith("### ")
+    ]
+    missing = [
+        rule["alert"]
+        for rule in writer.alerts(rule_doc)
+        if not any(f"{rule['alert']} " in h for h in headings)
+    ]
+    assert not missing, f"docs/operations.md has no runbook heading for {missing}"
