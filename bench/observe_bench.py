@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from timer_service.api.observe import ObserveMiddleware
 from timer_service.clock import SystemClock
-from timer_service.logs import JsonFormatter, RequestIdFilter
+from timer_service.logs import ContextFilter, JsonFormatter
 from timer_service.metrics import Metrics
 from timer_service.tracing import NO_TRACING
 
@@ -69,7 +69,7 @@ def main() -> None:
     requests = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
     handler = logging.StreamHandler(io.StringIO())
     handler.setFormatter(JsonFormatter())
-    handler.addFilter(RequestIdFilter())
+    handler.addFilter(ContextFilter())
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(logging.INFO)
     observed = ObserveMiddleware(app, Metrics(), SystemClock(), NO_TRACING)

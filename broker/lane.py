@@ -59,6 +59,7 @@ from broker.skew import SkewGuard
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind
+from timer_service.logs import log_trace
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, job_key
 from timer_service.queue.base import Delivery
@@ -426,46 +427,47 @@ class Lane:
         assert job is not None
         attempt = job.attempts + 1
         span = self._tracing.callback_started(job, attempt)
-        request = build_request(biz, job, attempt, fired_at, span.traceparent)
-        self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.due_at) / 1000)
-        if job.next_attempt_at is not None and fired_at < job.next_attempt_at:
-            self._metrics.callback_early(biz.biz_type, (job.next_attempt_at - fired_at) / 1000)
-        started = self._clock.monotonic_s()
-        try:
-            response = await self._sender.post(biz.callback_url, request, biz.timeout_ms / 1000)
-        except Exception as exc:  # whatever went wrong is this attempt's failure
-            log.exception("callback failed unexpectedly", extra={"biz_type": biz.biz_type})
-            response = Response(None, error=f"{type(exc).__name__}: {str(exc)[:200]}")
-        finally:
-            self._in_flight -= 1
-            self._wake()
-        duration_s = max(0.0, self._clock.monotonic_s() - started)
-        self._learn_callback_time(duration_s * 1000)
-        known_at = self._clock.now_ms()
-        try:
-            spread = random.random()  # the backoff's jitter
-            verdict = judge(response, biz.retry, attempt, job.budget_base, known_at, spread)
-        except Exception as exc:  # an answer we cannot judge: a failed attempt, retried
-            log.exception("callback answer not understood", extra={"biz_type": biz.biz_type})
-            unreadable = Response(None, error=f"unreadable answer: {type(exc).__name__}")
-            verdict = judge(unreadable, biz.retry, attempt, job.budget_base, known_at)
-        self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
-        span.end(verdict.kind.value, response.status_code)
-        if verdict.kind is not OutcomeKind.DELIVERED:
-            log.info(
-                "callback failed",
-                extra={
-                    "biz_type": biz.biz_type,
-                    "job_id": job.job_id,
-                    "attempt": attempt,
-                    "outcome": verdict.kind.value,
-                    "error": verdict.error,
-                    "next_attempt_at": verdict.next_attempt_at,
-                },
-            )
-        record = attempt_record(attempt, fired_at, response, verdict, round(duration_s * 1000))
-        outcome = Outcome(item.ref, verdict.kind, record, verdict.next_attempt_at)
-        self._outcomes.submit(Pending(outcome, item.deliveries, lambda: self._settled(item)))
+        with log_trace(span.traceparent):  # the attempt's lines join the job's trace
+            request = build_request(biz, job, attempt, fired_at, span.traceparent)
+            self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.due_at) / 1000)
+            if job.next_attempt_at is not None and fired_at < job.next_attempt_at:
+                self._metrics.callback_early(biz.biz_type, (job.next_attempt_at - fired_at) / 1000)
+            started = self._clock.monotonic_s()
+            try:
+                response = await self._sender.post(biz.callback_url, request, biz.timeout_ms / 1000)
+            except Exception as exc:  # whatever went wrong is this attempt's failure
+                log.exception("callback failed unexpectedly", extra={"biz_type": biz.biz_type})
+                response = Response(None, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            finally:
+                self._in_flight -= 1
+                self._wake()
+            duration_s = max(0.0, self._clock.monotonic_s() - started)
+            self._learn_callback_time(duration_s * 1000)
+            known_at = self._clock.now_ms()
+            try:
+                spread = random.random()  # the backoff's jitter
+                verdict = judge(response, biz.retry, attempt, job.budget_base, known_at, spread)
+            except Exception as exc:  # an answer we cannot judge: a failed attempt, retried
+                log.exception("callback answer not understood", extra={"biz_type": biz.biz_type})
+                unreadable = Response(None, error=f"unreadable answer: {type(exc).__name__}")
+                verdict = judge(unreadable, biz.retry, attempt, job.budget_base, known_at)
+            self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
+            span.end(verdict.kind.value, response.status_code)
+            if verdict.kind is not OutcomeKind.DELIVERED:
+                log.info(
+                    "callback failed",
+                    extra={
+                        "biz_type": biz.biz_type,
+                        "job_id": job.job_id,
+                        "attempt": attempt,
+                        "outcome": verdict.kind.value,
+                        "error": verdict.error,
+                        "next_attempt_at": verdict.next_attempt_at,
+                    },
+                )
+            record = attempt_record(attempt, fired_at, response, verdict, round(duration_s * 1000))
+            outcome = Outcome(item.ref, verdict.kind, record, verdict.next_attempt_at)
+            self._outcomes.submit(Pending(outcome, item.deliveries, lambda: self._settled(item)))
 
     def _settled(self, item: Held) -> None:
         self._unsettled -= 1

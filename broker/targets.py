@@ -4,7 +4,8 @@ aiohttp's connector connects only to the addresses its resolver returns, so a
 resolver that refuses a host when any of its addresses is refused closes the
 DNS-rebinding gap of a check made apart from the connection (resolve, check,
 then connect to whatever a second lookup says). Addresses written in the URL
-skip the resolver, so `literal_refusal` checks those before the request.
+skip the resolver, so `literal_refusal` checks those (and metadata host names,
+in any spelling the resolver reads as theirs) before the request.
 Policy: timer_service/callback_targets.py; why a refusal is final:
 docs/operations.md, "Callback targets".
 """
@@ -17,7 +18,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from timer_service.callback_targets import TargetPolicy, literal_address
+from timer_service.callback_targets import TargetPolicy
 
 
 class TargetRefused(OSError):
@@ -51,14 +52,14 @@ class GuardedResolver(AbstractResolver):
 
 
 def literal_refusal(policy: TargetPolicy, url: str) -> str | None:
-    """Why the policy refuses the address written in `url`'s host; None for a host name
-    (the resolver checks those) or an allowed address."""
+    """Why the policy refuses `url`'s host as written: a refused address (in any form the
+    resolver reads as one) or a metadata host name; None for another host name (the
+    resolver checks its addresses) or an allowed address."""
     try:
         host = URL(url).raw_host or ""
     except ValueError:  # the request fails on it too, as a connection error
         return None
-    ip = literal_address(host)
-    return None if ip is None else policy.address_refusal(ip)
+    return policy.host_refusal(host)
 
 
 def refusal_in(exc: BaseException) -> TargetRefused | None:

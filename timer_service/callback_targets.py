@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import unicodedata
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
+
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -62,7 +65,8 @@ METADATA_HOSTS = frozenset(
     }
 )
 
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: an IPv4 address in its low 32 bits
+# The dots IDNA (and the C library's IDNA 2003 codec) read as a label separator.
+_DOTS = str.maketrans(dict.fromkeys("\u3002\uff0e\uff61", "."))
 
 
 def parse_cidrs(text: str) -> tuple[IPNetwork, ...]:
@@ -92,17 +96,34 @@ class TargetPolicy:
             )
         except ValueError:
             return f"not an IP address ({address!r})"
-        for candidate in _embedded(ip):
-            for rule, nets in ALWAYS_REFUSED:
-                if any(candidate in net for net in nets):
-                    return f"{_article(rule)} {rule} address ({ip})"
-            for rule, nets in () if self.allow_private else PRIVATE:
-                if any(candidate in net for net in nets):
-                    why = f"{_article(rule)} {rule} address ({ip})"
-                    return f"{why}, refused while {PRIVATE_SETTING} is false"
-            if any(candidate in net for net in self.deny_networks):
-                return f"an address in a range refused by {DENIED_BY_SETTING} ({ip})"
+        carried = embedded_ipv4(ip)
+
+        def found_in(nets: tuple[IPNetwork, ...]) -> str | None:
+            if any(ip in net for net in nets):
+                return str(ip)
+            inside = next((v4 for v4 in carried if any(v4 in net for net in nets)), None)
+            return None if inside is None else f"{inside}, carried by {ip}"
+
+        for rule, nets in ALWAYS_REFUSED:
+            if (shown := found_in(nets)) is not None:
+                return f"{_article(rule)} {rule} address ({shown})"
+        for rule, nets in () if self.allow_private else PRIVATE:
+            if (shown := found_in(nets)) is not None:
+                why = f"{_article(rule)} {rule} address ({shown})"
+                return f"{why}, refused while {PRIVATE_SETTING} is false"
+        if (shown := found_in(self.deny_networks)) is not None:
+            return f"an address in a range refused by {DENIED_BY_SETTING} ({shown})"
         return None
+
+    def host_refusal(self, host: str) -> str | None:
+        """Why a callback must not go to `host` as written in a URL (a metadata host name,
+        a refused address in any form the resolver reads as one), or None; a host name's
+        addresses are checked when it is resolved."""
+        host = normalise_host(host)
+        if host in METADATA_HOSTS:
+            return f"a cloud metadata host ({host})"
+        ip = literal_address(host)
+        return None if ip is None else self.address_refusal(ip)
 
     def url_refusal(self, url: str) -> str | None:
         """Why a biz type must not register `url` (an absolute http(s) URL), or None.
@@ -117,18 +138,31 @@ class TargetPolicy:
                 " callback and shown wherever the URL is; receivers authenticate callbacks by"
                 " their signature (signing_secret)"
             )
-        host = (parts.hostname or "").rstrip(".").lower()
-        if host in METADATA_HOSTS:
-            return f"must not point at a cloud metadata host ({host})"
-        ip = literal_address(host)
-        why = None if ip is None else self.address_refusal(ip)
+        why = self.host_refusal(parts.hostname or "")
         return None if why is None else f"must not point at {why}"
+
+
+def normalise_host(host: str) -> str:
+    """`host` as the resolver will be asked for it: an IPv6 address without its brackets,
+    anything else through IDNA (UTS 46, as yarl encodes a URL's host for aiohttp), or,
+    where IDNA refuses it (`under_score.internal`), through NFKC with the Unicode full
+    stops read as dots; lower case, without a final dot."""
+    host = host.strip("[]")
+    if ":" in host or host.isascii():  # what UTS 46 does to ASCII: lower case
+        return host.lower().rstrip(".")
+    try:
+        ascii_host = idna.encode(host, uts46=True).decode("ascii")
+    except UnicodeError:  # idna.IDNAError is one
+        ascii_host = unicodedata.normalize("NFKC", host).translate(_DOTS).lower()
+    return ascii_host.rstrip(".")
 
 
 def literal_address(host: str) -> IPAddress | None:
     """The address a host written as an address means, including the legacy IPv4 forms
-    (`2852039166`, `0xa9.0376.43518`) that the C resolver accepts; None for a name."""
-    host = host.strip("[]")
+    (`2852039166`, `0xa9.0376.43518`) that the C resolver accepts, in any digits and dots
+    the resolver reads as ASCII (full-width, circled; ideographic full stops); None for a
+    name."""
+    host = normalise_host(host)
     try:
         return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
@@ -141,18 +175,54 @@ def literal_address(host: str) -> IPAddress | None:
     return None
 
 
+def _local_use_nat64(value: int) -> ipaddress.IPv4Address:
+    """The IPv4 address in an address of 64:ff9b:1::/48 (RFC 8215). Where RFC 6052 puts it
+    depends on the operator's prefix length (/48, /56, /64 or /96), which the address does
+    not say; each layout but /96 leaves a zero suffix (40, 32, 24 bits once the reserved
+    bits 64-71 are taken out), so the longest zero suffix names the layout."""
+    without_u = (value >> 64) << 56 | value & ((1 << 56) - 1)
+    for suffix_bits in (40, 32, 24):
+        if without_u & ((1 << suffix_bits) - 1) == 0:
+            return ipaddress.IPv4Address(without_u >> suffix_bits & 0xFFFF_FFFF)
+    return ipaddress.IPv4Address(value & 0xFFFF_FFFF)
+
+
 def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
-def _embedded(ip: IPAddress) -> tuple[IPAddress, ...]:
-    """The address itself and the IPv4 address an IPv6 one carries (mapped, NAT64)."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return (ip, ip.ipv4_mapped)
-        if ip in _NAT64:
-            return (ip, ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    return (ip,)
+_IPV4_IN_LOW_32_BITS = _nets(
+    "::ffff:0:0/96",  # IPv4-mapped (RFC 4291)
+    "::ffff:0:0:0/96",  # IPv4-translated, SIIT (RFC 2765)
+    "64:ff9b::/96",  # NAT64, the well-known prefix (RFC 6052)
+)
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated (RFC 4291), still routed by some
+_LOCAL_USE_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+_ISATAP_IDS = (0x0000_5EFE, 0x0200_5EFE)  # the interface id's high half (RFC 5214)
+
+
+def embedded_ipv4(ip: IPAddress) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries, in every form a packet to it may reach
+    that IPv4 address by: mapped, SIIT, compatible (but `::` and `::1`, which are IPv6's
+    own), NAT64 (the well-known prefix and the local-use one), 6to4, Teredo (its server
+    and its client, whose address is stored inverted) and ISATAP."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ()
+    value, found = int(ip), []
+    low32 = ipaddress.IPv4Address(value & 0xFFFF_FFFF)
+    if any(ip in net for net in _IPV4_IN_LOW_32_BITS):
+        found.append(low32)
+    if ip in _IPV4_COMPATIBLE and value > 1:
+        found.append(low32)
+    if ip in _LOCAL_USE_NAT64:
+        found.append(_local_use_nat64(value))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    if (value >> 32) & 0xFFFF_FFFF in _ISATAP_IDS:
+        found.append(low32)
+    return tuple(found)
 
 
 # -- credentials ------------------------------------------------------------------

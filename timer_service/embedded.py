@@ -85,9 +85,13 @@ class EmbeddedStore:
             "secantusd-py"
         )
         if exe is None:
+            # The distribution is callback-timer-service, installed from its checkout
+            # (README.md); `timer-service` on PyPI is an unrelated project.
             raise EmbeddedStoreMissing(
-                "the embedded store needs SecantusDB: pip install 'timer-service[embedded]', "
-                "or point TIMER_MONGO_URL at a MongoDB"
+                "the embedded store needs SecantusDB, the `embedded` extra of"
+                " callback-timer-service: pip install -e '.[embedded]' in the service's"
+                " checkout (not `pip install timer-service`: that is an unrelated project),"
+                " or point TIMER_MONGO_URL at a MongoDB"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self._wait_for_previous(timeout_s)

@@ -154,17 +154,22 @@ class Guard:
     """What the job must still be when a change is applied: one of `states`; when
     `claim` is given, dispatched under that claim token; when `idle`, with no
     callback started, or only the one of `sending` (the same send mark again: a
-    retry after a lost reply)."""
+    retry after a lost reply); when `unrecorded_at` is given, with no attempt of
+    that time in its history (the change records it once, however often it is
+    written)."""
 
     states: frozenset[JobState]
     claim: str | None = None
     idle: bool = False
     sending: str | None = None
+    unrecorded_at: int | None = None
 
     def holds(self, job: Job) -> bool:
         if job.state not in self.states:
             return False
         if self.idle and job.sending is not None and job.sending != self.sending:
+            return False
+        if self.unrecorded_at is not None and any(a.at == self.unrecorded_at for a in job.history):
             return False
         return self.claim is None or job.claim == self.claim
 
@@ -411,10 +416,12 @@ def outcome(result: Outcome, now_ms: int) -> Change:
 
 
 def outcome_after_cancel(result: Outcome, now_ms: int) -> Change:
-    """A job cancelled while its callback was in flight keeps its state and gets the
-    attempt's record (stores record it once, by the attempt's time)."""
+    """What an outcome whose `outcome` change missed does to a job cancelled while its
+    callback was in flight: the job keeps its state and gets the attempt's record, once
+    per attempt (known by its time), so a write retried after a lost reply records
+    nothing more. A job in another state is left alone (the outcome is stale)."""
     return Change(
-        Guard(_CANCELLED),
+        Guard(_CANCELLED, unrecorded_at=result.attempt.at),
         MappingProxyType({"last_error": result.attempt.error, "updated_at": now_ms}),
         result.attempt,
     )

@@ -1,18 +1,22 @@
 """Operator subcommands of `timer-service`: `jobs ...`, `biz-types ...` and
 `schedules ...`, over the REST API.
 
-JSON on stdout by default, a table with `--table` (before or after the action). An error
-prints its problem document on stderr and exits 3 when the resource does not exist, 4
-when the API cannot be reached, 1 for any other error (2: the command line is wrong).
+JSON on stdout by default, a table with `--table` (before or after the command or the
+action). An error prints its problem document on stderr and exits 3 when the resource
+does not exist, 4 when the API cannot be reached (after the SDK's retries, which are not
+logged here: the problem document is the one line of news), 1 for any other error (2:
+the command line is wrong).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
@@ -21,6 +25,7 @@ import httpx
 from pydantic import BaseModel
 
 from timer_service.client import UNCHANGED, NotFoundError, TimerApiError, TimerClient
+from timer_service.client.errors import error_for
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 JOB_STATES = ("pending", "dispatched", "delivered", "dead", "cancelled")
@@ -74,10 +79,33 @@ def due_time(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
+class LabelAction(argparse.Action):
+    """`--label key=value`, repeatable, into one dict; the value may hold `=`. The server
+    checks keys and values (docs/api.md, "Labels")."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        key, eq, value = str(values).partition("=")
+        if not (key and eq):
+            raise argparse.ArgumentError(self, f"expected key=value, got {values!r}")
+        labels = dict(getattr(namespace, self.dest) or {})
+        if key in labels:
+            raise argparse.ArgumentError(self, f"label {key!r} given twice")
+        labels[key] = value
+        setattr(namespace, self.dest, labels)
+
+
 # --- Actions -------------------------------------------------------------------------------
 
 
 def _create_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    if args.labels:
+        return _create_labelled_job(client, args)
     return client.create_job(
         args.biz_type,
         job_id=args.job_id,
@@ -85,6 +113,16 @@ def _create_job(client: TimerClient, args: argparse.Namespace) -> Result:
         delay_ms=args.delay_ms,
         payload=args.payload,
     )
+
+
+def _create_labelled_job(client: TimerClient, args: argparse.Namespace) -> Result:
+    """A batch of one: the SDK's `create_job` takes no labels yet, its batch items do."""
+    item = {"biz_type": args.biz_type, "payload": args.payload, "labels": args.labels}
+    item |= {"job_id": args.job_id, "due_at": args.due_at, "delay_ms": args.delay_ms}
+    [result] = client.create_jobs([{k: v for k, v in item.items() if v is not None}])
+    if result.job is None:
+        raise error_for(result.status, result.error or {"status": result.status})
+    return result.job
 
 
 def _get_job(client: TimerClient, args: argparse.Namespace) -> Result:
@@ -195,16 +233,39 @@ def _print_problem(problem: dict[str, Any]) -> None:
     print(json.dumps(problem, indent=2, ensure_ascii=False), file=sys.stderr)
 
 
+@contextmanager
+def _quiet_retries() -> Iterator[None]:
+    """The SDK logs each retry for services that use it; on a terminal those lines would
+    come before, and say less than, the one problem the command prints."""
+    sdk_log = logging.getLogger("timer_service.client")
+    level = sdk_log.level
+    sdk_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        sdk_log.setLevel(level)
+
+
+def _unreachable(exc: httpx.HTTPError) -> dict[str, Any]:
+    try:
+        url = exc.request.url.copy_with(path="/", query=None)
+        where = f" at {str(url).rstrip('/')} (TIMER_API_URL)"
+    except RuntimeError:  # an error raised before any request was made
+        where = ""
+    reason = str(exc) or type(exc).__name__
+    return {"title": "timer service unreachable", "detail": f"no answer{where}: {reason}"}
+
+
 def _handler(action: Action, columns: Sequence[str]) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
         try:
-            with make_client() as client:
+            with _quiet_retries(), make_client() as client:
                 result = action(client, args)
         except TimerApiError as exc:
             _print_problem(exc.problem)
             return EXIT_NOT_FOUND if isinstance(exc, NotFoundError) else EXIT_API_ERROR
         except httpx.HTTPError as exc:
-            _print_problem({"title": "timer service unreachable", "detail": f"{exc!r}"})
+            _print_problem(_unreachable(exc))
             return EXIT_UNREACHABLE
         _emit(result, columns, getattr(args, "table", False))
         return 0
@@ -261,6 +322,13 @@ def _register_jobs(
     create.add_argument("--job-id", help="default: generated (and kept on a retry)")
     _when(create)
     create.add_argument("--payload", type=json_document, default=None, help="payload as JSON")
+    create.add_argument(
+        "--label",
+        dest="labels",
+        action=LabelAction,
+        metavar="KEY=VALUE",
+        help="a label of the job (repeat for more)",
+    )
     _identity(_leaf(group, "get", "show one job", output, _get_job, JOB_COLUMNS))
     _identity(_leaf(group, "cancel", "cancel a job", output, _cancel_job, JOB_COLUMNS))
     _identity(_leaf(group, "replay", "retry a dead job", output, _replay_job, JOB_COLUMNS))

@@ -6,6 +6,9 @@ only what was signed: the body, and the idempotency key from the signed `webhook
 
     callback = verify_callback(body, headers, ["whsec_new...", "whsec_old..."])
 
+A receiver that verifies many callbacks makes the keys once, with `signing_keys`, and
+calls `verify_with_keys` per request.
+
 Needs only pydantic. `CallbackVerifier`, the same check as a FastAPI dependency, is in
 `receiver_fastapi` and is imported from here on first use, so FastAPI stays optional.
 """
@@ -73,16 +76,28 @@ def verify_callback(
     `secrets`: one secret or several (during a rotation), each `whsec_...` or a plain string;
     a secret that is not usable raises ValueError (a configuration error, not a bad callback).
     """
-    return _verify(body, headers, _keys(secrets), tolerance_s, now_ms)
+    return verify_with_keys(body, headers, signing_keys(secrets), tolerance_s, now_ms=now_ms)
 
 
-def _verify(
+def signing_keys(secrets: str | Sequence[str]) -> list[bytes]:
+    """The HMAC keys of `secrets` (one or several, each `whsec_...` or a plain string), to
+    make once where callbacks are verified many times; ValueError for an unusable one."""
+    listed = [secrets] if isinstance(secrets, str) else list(secrets)
+    if not listed or not all(isinstance(s, str) and s for s in listed):
+        raise ValueError("give at least one non-empty signing secret (str)")
+    return [signing_key(s) for s in listed]
+
+
+def verify_with_keys(
     body: bytes,
     headers: Mapping[str, str],
     keys: Sequence[bytes],
-    tolerance_s: float,
-    now_ms: int | None,
+    tolerance_s: float = 300,
+    *,
+    now_ms: int | None = None,
 ) -> Callback:
+    """`verify_callback` with keys made by `signing_keys`: what a receiver built on another
+    framework calls per request (`CallbackVerifier` does, for FastAPI)."""
     signed = _signed_headers(headers)
     msg_id, timestamp = signed[ID_HEADER], signed[TIMESTAMP_HEADER]
     if not _TIMESTAMP.fullmatch(timestamp):
@@ -97,13 +112,6 @@ def _verify(
     if not any(matches):
         raise InvalidSignature(f"{SIGNATURE_HEADER} does not match any configured secret")
     return _parse(body, msg_id)
-
-
-def _keys(secrets: str | Sequence[str]) -> list[bytes]:
-    listed = [secrets] if isinstance(secrets, str) else list(secrets)
-    if not listed or not all(isinstance(s, str) and s for s in listed):
-        raise ValueError("give at least one non-empty signing secret (str)")
-    return [signing_key(s) for s in listed]
 
 
 def _signed_headers(headers: Mapping[str, str]) -> dict[str, str]:

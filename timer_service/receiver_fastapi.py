@@ -14,19 +14,19 @@ from collections.abc import Sequence
 
 from fastapi import HTTPException, Request
 
-from timer_service.receiver import Callback, InvalidSignature, _keys, _verify
+from timer_service.receiver import Callback, InvalidSignature, signing_keys, verify_with_keys
 
 
 class CallbackVerifier:
     """A FastAPI dependency: the verified `Callback`, or 401."""
 
     def __init__(self, secrets: str | Sequence[str], tolerance_s: float = 300) -> None:
-        self._keys = _keys(secrets)
+        self._keys = signing_keys(secrets)
         self._tolerance_s = tolerance_s
 
     async def __call__(self, request: Request) -> Callback:
         body = await request.body()
         try:
-            return _verify(body, request.headers, self._keys, self._tolerance_s, None)
+            return verify_with_keys(body, request.headers, self._keys, self._tolerance_s)
         except InvalidSignature as exc:
             raise HTTPException(status_code=401, detail=str(exc)) from None

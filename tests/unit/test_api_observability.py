@@ -21,7 +21,7 @@ from starlette.routing import Route
 from timer_service.api import create_app
 from timer_service.api.observe import ObserveMiddleware
 from timer_service.clock import FakeClock
-from timer_service.logs import JsonFormatter, RequestIdFilter
+from timer_service.logs import ContextFilter, JsonFormatter
 from timer_service.metrics import Metrics
 from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
@@ -79,11 +79,11 @@ async def make_api() -> AsyncIterator[Callable[..., Any]]:
 
 @pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
-    """Every log line as the processes write it: JSON, with the request-id filter."""
+    """Every log line as the processes write it: JSON, with the context filter."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter())
-    handler.addFilter(RequestIdFilter())
+    handler.addFilter(ContextFilter())
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(handler)
@@ -255,6 +255,20 @@ async def test_every_line_logged_while_handling_a_request_carries_its_id(
     assert by_event["not ready"].get("request_id") == "r-ready", f"got {by_event['not ready']}"
     assert by_event["request"]["request_id"] == "r-ready"
     assert "request_id" not in by_event["not during a request"], "the id leaked out"
+
+
+async def test_lines_logged_while_handling_a_traced_request_carry_its_trace_id(
+    make_api: Callable[..., Any], log_lines: io.StringIO
+) -> None:
+    api = await make_api()
+    await api.client.get("/v1/jobs/orders/o-1", headers={"traceparent": TRACEPARENT})
+    await api.client.get("/v1/jobs/orders/o-2")
+    logging.getLogger("outside").warning("not during a request")
+
+    traced, plain = entries(log_lines, "request")
+    assert traced["trace_id"] == TRACEPARENT.split("-")[1], f"got {traced}"
+    assert "trace_id" not in plain, f"a request without a trace got one: {plain}"
+    assert "trace_id" not in entries(log_lines, "not during a request")[0], "the id leaked out"
 
 
 async def test_successful_probes_and_scrapes_are_logged_at_debug(

@@ -7,6 +7,9 @@ Every connection here goes to the loopback receiver: refused targets are loopbac
 addresses under a policy that refuses loopback, or addresses no connection is made to.
 """
 
+# Hosts spelt in look-alike characters are what these tests are about.
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import logging
@@ -121,7 +124,22 @@ async def test_extra_ranges_are_refused_at_send_time(receiver: Receiver) -> None
     assert receiver.received == []
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "[::ffff:127.0.0.1]", "127.1"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "[::ffff:127.0.0.1]",
+        "127.1",
+        "１２７.０.０.１",
+        "①②⑦。⓪。⓪。①",
+        "127｡0｡0｡1",
+        "[::127.0.0.1]",
+        "[2002:7f00:1::]",
+        "[64:ff9b::127.0.0.1]",
+        "[2001:0:102:304::80ff:fffe]",  # Teredo, client 127.0.0.1 inverted
+        "[2001:470::5efe:127.0.0.1]",
+    ],
+)
 async def test_a_written_address_is_checked_though_no_lookup_happens(
     receiver: Receiver, host: str
 ) -> None:
@@ -129,6 +147,26 @@ async def test_a_written_address_is_checked_though_no_lookup_happens(
     got = await post(f"http://{host}:{receiver.port}/orders", NO_LOOPBACK, resolver)
     assert got.refused and "loopback address" in (got.error or ""), f"got {got}"
     assert receiver.received == [] and resolver.asked == []
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://１６９.２５４.１６９.２５４/", "a cloud metadata address (169.254.169.254)"),
+        ("http://169。254。169。254/", "a cloud metadata address (169.254.169.254)"),
+        ("http://[::169.254.169.254]/", "a cloud metadata address (169.254.169.254, carried"),
+        ("http://[2002:a9fe:a9fe::]/", "a cloud metadata address (169.254.169.254, carried"),
+        ("http://ｍｅｔａｄａｔａ.google.internal/", "a cloud metadata host"),
+        ("http://metadata/computeMetadata/v1/", "a cloud metadata host (metadata)"),
+    ],
+)
+async def test_hosts_refused_at_registration_are_refused_at_send_before_any_lookup(
+    url: str, reason: str
+) -> None:
+    resolver = FakeResolver({})
+    got = await post(url, TargetPolicy(), resolver)
+    assert got.refused and reason in (got.error or ""), f"expected {reason!r}, got {got}"
+    assert resolver.asked == [], "a refused host was looked up"
 
 
 async def test_the_real_resolver_is_guarded_too(receiver: Receiver) -> None:

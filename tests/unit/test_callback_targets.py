@@ -1,8 +1,12 @@
 """The callback target policy: which addresses and URLs are refused, at registration (PUT
 422) and in the settings; credentials refused and redacted. Send time: test_broker_targets."""
 
+# Hosts spelt in look-alike characters are what these tests are about.
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -13,6 +17,7 @@ from tests.unit.api_harness import Api, expect, locs
 from timer_service.callback_targets import (
     TargetPolicy,
     literal_address,
+    normalise_host,
     parse_cidrs,
     redact,
     redact_url,
@@ -27,6 +32,24 @@ STRICT = TargetPolicy(
 
 
 # -- addresses ----------------------------------------------------------------------
+
+# Every IPv6 form that carries an IPv4 address, here 169.254.169.254 (docs/operations.md,
+# "Callback targets"): (address, form).
+EMBEDDED_METADATA = [
+    ("::ffff:169.254.169.254", "IPv4-mapped"),
+    ("::169.254.169.254", "IPv4-compatible"),
+    ("::ffff:0:169.254.169.254", "IPv4-translated (SIIT)"),
+    ("2002:a9fe:a9fe::", "6to4"),
+    ("2002:a9fe:a9fe:1::5", "6to4, a host in its site"),
+    ("64:ff9b::169.254.169.254", "NAT64, well-known prefix"),
+    ("64:ff9b:1::a9fe:a9fe", "NAT64, local-use prefix as a /96"),
+    ("64:ff9b:1:a9fe:a9:fe00::", "NAT64, local-use prefix as a /48"),
+    ("64:ff9b:1:a9:fe:a9fe::", "NAT64, local-use prefix as a /56"),
+    ("64:ff9b:1:0:a9:fea9:fe00:0", "NAT64, local-use prefix as a /64"),
+    ("2001:0:102:304::5601:5601", "Teredo, the client's inverted address"),
+    ("2001:db8::5efe:169.254.169.254", "ISATAP"),
+    ("2001:db8::200:5efe:a9fe:a9fe", "ISATAP, globally unique"),
+]
 
 ALWAYS_REFUSED = [
     ("169.254.169.254", "cloud metadata"),
@@ -45,6 +68,7 @@ ALWAYS_REFUSED = [
     # IPv6 forms that carry a refused IPv4 address
     ("::ffff:169.254.169.254", "cloud metadata"),
     ("64:ff9b::a9fe:a9fe", "cloud metadata"),
+    *((address, "cloud metadata") for address, _ in EMBEDDED_METADATA),
 ]
 
 
@@ -68,6 +92,10 @@ PRIVATE = [
     ("100.64.0.1", "private"),
     ("fd12:3456::1", "private"),
     ("::ffff:10.1.2.3", "private"),
+    ("::127.0.0.1", "loopback"),
+    ("2002:a01:203::1", "private"),
+    ("2002:7f00:1::", "loopback"),
+    ("2001:0:102:304::f5fe:fdfc", "private"),  # Teredo client 10.1.2.3
 ]
 
 
@@ -82,7 +110,18 @@ def test_loopback_and_private_are_allowed_by_default_and_refused_when_turned_off
 
 
 @pytest.mark.parametrize(
-    "address", ["93.184.216.34", "2606:2800:220:1::1", "172.32.0.1", "1.1.1.1"]
+    "address",
+    [
+        "93.184.216.34",
+        "2606:2800:220:1::1",
+        "172.32.0.1",
+        "1.1.1.1",
+        "2002:5db8:d822::1",  # 6to4 of 93.184.216.34
+        "64:ff9b::93.184.216.34",
+        "64:ff9b:1:5db8:d8:2200::",  # local-use NAT64, /48 layout, of 93.184.216.34
+        "64:ff9b:1:ffff::93.184.216.34",
+        "2001:470::5efe:93.184.216.34",
+    ],
 )
 def test_public_addresses_are_allowed(address: str) -> None:
     assert DEFAULT.address_refusal(address) is None
@@ -99,6 +138,23 @@ def test_extra_ranges_from_the_setting_are_refused() -> None:
 @pytest.mark.parametrize(
     ("host", "expected"),
     [
+        ("Orders.Internal", "orders.internal"),
+        ("ORDERS.internal.", "orders.internal"),
+        ("bücher.example", "xn--bcher-kva.example"),
+        ("ｍｅｔａｄａｔａ。google。internal", "metadata.google.internal"),
+        ("under_score.internal", "under_score.internal"),  # not IDNA: NFKC and dots
+        ("ｕｎｄｅｒ_ｓｃｏｒｅ｡internal", "under_score.internal"),
+        ("[FD00:EC2::254]", "fd00:ec2::254"),
+        ("", ""),
+    ],
+)
+def test_hosts_are_normalised_as_the_resolver_will(host: str, expected: str) -> None:
+    assert normalise_host(host) == expected, f"{host!r}: expected {expected!r}"
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
         ("169.254.169.254", "169.254.169.254"),
         ("[fd00:ec2::254]", "fd00:ec2::254"),
         ("2852039166", "169.254.169.254"),  # what the C resolver makes of these
@@ -108,6 +164,16 @@ def test_extra_ranges_from_the_setting_are_refused() -> None:
         ("orders.internal", None),
         ("deadbeef", None),
         ("1e100.net", None),
+        # what the resolver makes of other digits and dots (IDNA, UTS 46)
+        ("１６９.２５４.１６９.２５４", "169.254.169.254"),
+        ("①⑥⑨.②⑤④.①⑥⑨.②⑤④", "169.254.169.254"),
+        ("169。254。169。254", "169.254.169.254"),
+        ("169．254．169．254", "169.254.169.254"),
+        ("169｡254｡169｡254", "169.254.169.254"),
+        ("169.254.169.254.", "169.254.169.254"),
+        ("169.254.169.254。", "169.254.169.254"),
+        ("０ｘａ９ｆｅａ９ｆｅ", "169.254.169.254"),
+        ("[::169.254.169.254]", "::a9fe:a9fe"),
     ],
 )
 def test_literal_addresses_include_the_legacy_ipv4_forms(host: str, expected: str | None) -> None:
@@ -159,6 +225,19 @@ REFUSED_URLS = [
     ("http://255.255.255.255/cb", "a broadcast address (255.255.255.255)"),
     ("http://0xa9.0xfe.0xa9.0xfe/", "a cloud metadata address (169.254.169.254)"),
     ("http://[::ffff:169.254.169.254]/", "a cloud metadata address"),
+    ("http://１６９.２５４.１６９.２５４/", "a cloud metadata address (169.254.169.254)"),
+    ("http://①⑥⑨.②⑤④.①⑥⑨.②⑤④/", "a cloud metadata address (169.254.169.254)"),
+    ("http://169。254。169。254/", "a cloud metadata address (169.254.169.254)"),
+    ("http://169．254．169．254:80/", "a cloud metadata address (169.254.169.254)"),
+    ("http://169｡254｡169｡254/", "a cloud metadata address (169.254.169.254)"),
+    ("http://０ｘａ９ｆｅａ９ｆｅ/", "a cloud metadata address (169.254.169.254)"),
+    ("http://１６９.２５４.１.１/", "a link-local address (169.254.1.1)"),
+    ("http://ｍｅｔａｄａｔａ。google。internal/", "a cloud metadata host"),
+    ("http://ＭＥＴＡＤＡＴＡ/", "a cloud metadata host (metadata)"),
+    *(
+        (f"http://[{address}]/", f"(169.254.169.254, carried by {ipaddress.ip_address(address)})")
+        for address, _ in EMBEDDED_METADATA
+    ),
     ("http://user:pw@orders.internal/cb", "must not contain credentials"),
     ("https://token@orders.internal/cb", "must not contain credentials"),
 ]
@@ -185,6 +264,11 @@ async def test_with_private_targets_turned_off_put_refuses_loopback_and_private(
         "http://10.1.2.3/cb",
         "https://[::1]/",
         "http://203.0.113.5/",
+        "http://１２７.０.０.１:9000/cb",
+        "http://１０。１。２。３/cb",
+        "http://[::127.0.0.1]/cb",
+        "http://[2002:a01:203::]/cb",
+        "http://[::ffff:203.0.113.5]/",
     ):
         problem = expect(await api.put_biz(callback_url=url), 422)
         assert "callback_url" in problem["detail"], problem
@@ -195,7 +279,15 @@ async def test_with_private_targets_turned_off_put_refuses_loopback_and_private(
 async def test_put_allows_loopback_private_and_names_by_default(make_api: Any) -> None:
     api = await make_api()
     urls = ["http://127.0.0.1:9000/cb", "http://10.1.2.3/cb", "https://[::1]/", "http://localhost/"]
-    for i, url in enumerate([*urls, "https://orders.example.com/timer"]):
+    others = [
+        "https://orders.example.com/timer",
+        "http://１２７.０.０.１:9000/cb",
+        "http://[::127.0.0.1]/cb",
+        "http://[2002:a01:203::]/cb",
+        "https://bücher.example/cb",
+        "http://under_score.internal/cb",
+    ]
+    for i, url in enumerate([*urls, *others]):
         expect(await api.put_biz(f"b{i}", callback_url=url), 201)
 
 

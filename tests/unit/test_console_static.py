@@ -121,3 +121,19 @@ def test_every_shipped_file_is_package_data() -> None:
     for directory in (CONSOLE_DIR, SWAGGER_DIR):
         missing = [str(f) for f in directory.rglob("*") if f.is_file() and f not in packaged]
         assert missing == [], f"not in any package-data glob {globs}: {missing}"
+
+
+def test_a_successful_attempt_shows_ok_in_the_good_colour_not_the_error_one() -> None:
+    """The attempts table colours its last column by what it holds: an error in the bad
+    colour, the "ok" of an attempt without one in the good colour."""
+    script = (CONSOLE_DIR / "js" / "jobs_table.js").read_text()
+    css = (CONSOLE_DIR / "app.css").read_text()
+    ok_cells = re.findall(r'h\(\s*"td",\s*\{\s*class:\s*"([\w-]+)"\s*\},\s*"ok"\s*\)', script)
+    assert ok_cells, 'no cell shows "ok" with a class of its own'
+    as_error = re.search(r'h\(\s*"td",\s*\{\s*class:\s*"error-text"\s*\},[^)]*"ok"', script)
+    assert as_error is None, f'"ok" shown as an error: {as_error and as_error.group(0)}'
+    for css_class in ok_cells:
+        rule = re.search(rf"\.{css_class}\s*\{{([^}}]*)\}}", css)
+        assert rule and "var(--good)" in rule.group(1), f".{css_class} is not the good colour"
+    bad = re.search(r"\.error-text\s*\{([^}]*)\}", css)
+    assert bad and "var(--bad)" in bad.group(1), "errors lost their colour"

@@ -104,6 +104,25 @@ def test_an_outcome_for_another_claim_changes_nothing() -> None:
     assert not machine.outcome(stale, T0).guard.holds(reclaimed)
 
 
+def test_an_outcome_after_a_cancel_is_recorded_once_per_attempt() -> None:
+    job = applied(fresh(), machine.claim("c1", 1, T0))
+    failed = outcome(job, OutcomeKind.RETRY, T0 + 10_000, T0 + 12_000)
+    cancelled = applied(job, machine.cancel(job, T0 + 5))
+    assert not machine.outcome(failed, T0 + 10_001).guard.holds(cancelled)
+
+    change = machine.outcome_after_cancel(failed, T0 + 10_001)
+    recorded = applied(cancelled, change)
+
+    assert recorded.state == JobState.CANCELLED and recorded.next_attempt_at is None
+    assert (recorded.attempts, recorded.last_error) == (1, "HTTP 503"), recorded
+    assert not change.guard.holds(recorded), "a retried write would record the attempt twice"
+    again = machine.outcome_after_cancel(failed, T0 + 10_500)
+    assert not again.guard.holds(recorded), "the same attempt, written later, is recorded"
+    next_attempt = outcome(job, OutcomeKind.DEAD, T0 + 20_000)
+    assert machine.outcome_after_cancel(next_attempt, T0 + 20_001).guard.holds(recorded)
+    assert not machine.outcome_after_cancel(failed, T0).guard.holds(job), "not cancelled"
+
+
 def test_replay_gives_a_fresh_budget() -> None:
     job = applied(fresh(), machine.claim("c1", 1, T0))
     dead = applied(job, machine.outcome(outcome(job, OutcomeKind.DEAD, T0), T0))

@@ -3,19 +3,29 @@ hand; tests/unit/test_signing.py checks the scheme against the reference library
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import hmac
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import Depends, FastAPI
 
-from timer_service.receiver import Callback, CallbackVerifier, InvalidSignature, verify_callback
+from timer_service import receiver_fastapi
+from timer_service.receiver import (
+    Callback,
+    CallbackVerifier,
+    InvalidSignature,
+    signing_keys,
+    verify_callback,
+    verify_with_keys,
+)
 
 NOW_MS = 1_767_225_600_004
 SECRET = "s3cret"
@@ -277,3 +287,31 @@ async def test_the_dependency_refuses_a_stale_callback() -> None:
     )
 
     assert response.status_code == 401, f"expected 401, got {response.status_code}: {response.text}"
+
+
+# -- the verifier's building blocks are public: a receiver in another framework uses them
+
+
+def test_keys_made_once_verify_as_the_secrets_do() -> None:
+    body = callback_body()
+    keys = signing_keys(["whsec_" + base64.b64encode(b"other" * 5).decode(), SECRET])
+
+    got = verify_with_keys(body, callback_headers(body), keys, now_ms=NOW_MS)
+
+    assert got == verify_callback(body, callback_headers(body), SECRET, now_ms=NOW_MS)
+    with pytest.raises(InvalidSignature, match="does not match any configured secret"):
+        verify_with_keys(body, callback_headers(body), signing_keys("wrong"), now_ms=NOW_MS)
+    with pytest.raises(ValueError, match="at least one non-empty signing secret"):
+        signing_keys([])
+
+
+def test_the_fastapi_verifier_uses_only_public_names_of_the_receiver() -> None:
+    source = Path(receiver_fastapi.__file__).read_text()
+    imported = [
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "timer_service.receiver"
+        for alias in node.names
+    ]
+    private = [name for name in imported if name.startswith("_")]
+    assert imported and not private, f"private names imported from receiver: {private}"

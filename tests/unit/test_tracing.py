@@ -5,6 +5,9 @@ callback; with it off, OpenTelemetry is never imported (timer_service.tracing)."
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -27,6 +30,7 @@ from timer_service.api import create_app
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
 from timer_service.jobs import NewJob
+from timer_service.logs import ContextFilter, JsonFormatter
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, Job, JobState, second_of
 from timer_service.otel import OtelTracing
@@ -163,6 +167,41 @@ async def test_each_attempt_sends_a_new_child_of_the_stored_parent(
     )
     assert [r.headers.get("tracestate") for r in sender.sent[:2]] == ["vendor=1", "vendor=1"]
     assert "traceparent" not in sender.sent[2].headers, "a job without a trace got one"
+
+
+async def test_a_failed_callbacks_log_line_carries_the_jobs_trace_id(
+    memory_store: Any, fake_clock: FakeClock, outcomes: OutcomeWriter
+) -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(ContextFilter())
+    lane_log = logging.getLogger("broker.lane")
+    lane_log.addHandler(handler)
+    old_level = lane_log.level
+    lane_log.setLevel(logging.INFO)
+    due = fake_clock.now_ms() + 1000
+    await memory_store.jobs.create_jobs(
+        [
+            NewJob("orders", "traced", due, "{}", trace=TraceContext(TRACEPARENT)),
+            NewJob("orders", "plain", due + 1, "{}"),
+        ],
+        fake_clock.now_ms(),
+    )
+    sender = ScriptedSender(fake_clock, 503, 503)
+    lane = make_lane(memory_store, outcomes, sender, NO_TRACING)
+    try:
+        await send_once(memory_store, fake_clock, lane, sender, "traced")
+        await send_once(memory_store, fake_clock, lane, sender, "plain")
+    finally:
+        await lane.close()
+        lane_log.removeHandler(handler)
+        lane_log.setLevel(old_level)
+
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    failed = {e["job_id"]: e for e in lines if e["event"] == "callback failed"}
+    assert failed["traced"].get("trace_id") == TRACE_ID, f"got {failed['traced']}"
+    assert "trace_id" not in failed["plain"], f"a job without a trace got one: {failed}"
 
 
 # -- tracing on: one trace from registration to callback -------------------------------

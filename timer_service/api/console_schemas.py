@@ -91,7 +91,10 @@ class BizStatsOut(BaseModel):
     delivered_last_minute: int = Field(description="Attempts that delivered in the last 60 s.")
     failed_last_minute: int = Field(description="Attempts that ended retry or dead, last 60 s.")
     lateness_p99_ms: int | None = Field(
-        description="p99 of first-attempt send time - due time, last 5 minutes; null if none."
+        description=(
+            "p99 of first-attempt send time - due time, last 5 minutes, of jobs registered"
+            " at or before their due time; null if none."
+        )
     )
 
 

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from timer_service.clock import Clock
-from timer_service.logs import current_request_id
+from timer_service.logs import current_request_id, log_trace
 from timer_service.metrics import UNMATCHED_ROUTE, Metrics
 from timer_service.tracecontext import trace_context
 from timer_service.tracing import Tracing
@@ -101,15 +101,17 @@ class ObserveMiddleware:
             await send(message)
 
         token = current_request_id.set(request_id)
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
-            duration_s = max(0.0, self._clock.monotonic_s() - started)
-            route = route_template(scope, self._routes)
-            self._metrics.http_request(method, route, status, duration_s)
-            span.end(route, status)
-            _log(scope, method, route, status, duration_s, request_id)
-            current_request_id.reset(token)
+        trace = span.job_trace
+        with log_trace(None if trace is None else trace.traceparent):
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                duration_s = max(0.0, self._clock.monotonic_s() - started)
+                route = route_template(scope, self._routes)
+                self._metrics.http_request(method, route, status, duration_s)
+                span.end(route, status)
+                _log(scope, method, route, status, duration_s, request_id)
+                current_request_id.reset(token)
 
 
 def _log(

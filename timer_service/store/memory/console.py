@@ -73,7 +73,7 @@ class MemoryConsole:
 
     async def recent_attempts(self, since_ms: int, biz_type: str | None) -> list[RecentAttempt]:
         return [
-            RecentAttempt(job.biz_type, job.due_at, attempt)
+            RecentAttempt(job.biz_type, job.due_at, attempt, job.created_at)
             for job in self._s.jobs.values()
             if biz_type is None or job.biz_type == biz_type
             for attempt in job.history

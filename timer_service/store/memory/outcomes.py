@@ -33,8 +33,5 @@ class MemoryOutcomes:
             job = self._s.job(result.ref.biz_type, result.ref.job_id)
             if job is None:
                 continue
-            if self._s.apply(job, machine.outcome(result, now_ms)) is not None:
-                continue
-            if any(a.at == result.attempt.at for a in job.history):
-                continue  # recorded already (a retried write)
-            self._s.apply(job, machine.outcome_after_cancel(result, now_ms))
+            if self._s.apply(job, machine.outcome(result, now_ms)) is None:
+                self._s.apply(job, machine.outcome_after_cancel(result, now_ms))

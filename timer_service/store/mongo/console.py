@@ -134,12 +134,14 @@ class MongoConsole:
         query: Doc = {"history.at": {"$gte": since_ms}}
         if biz_type is not None:
             query["biz_type"] = biz_type
-        fields = {"biz_type": 1, "due_at": 1, "history": 1}
+        fields = {"biz_type": 1, "due_at": 1, "created_at": 1, "history": 1}
         found = await asyncio.gather(
             *(b.find(query, fields).to_list(None) for b in self._l.buckets)
         )
         return [
-            RecentAttempt(doc["biz_type"], doc["due_at"], Attempt.from_dict(entry))
+            RecentAttempt(
+                doc["biz_type"], doc["due_at"], Attempt.from_dict(entry), doc.get("created_at", 0)
+            )
             for docs in found
             for doc in docs
             for entry in doc.get("history", ())

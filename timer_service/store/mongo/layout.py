@@ -319,6 +319,8 @@ def guard_filter(guard: Guard) -> Doc:
     if guard.idle:
         # None also matches a document without the field.
         query["sending"] = None if guard.sending is None else {"$in": [None, guard.sending]}
+    if guard.unrecorded_at is not None:
+        query["history.at"] = {"$ne": guard.unrecorded_at}
     return query
 
 

@@ -208,16 +208,11 @@ class MongoOutcomes:
         return missed
 
     async def _record_after_cancel(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
-        """`jobs.outcome_after_cancel`, at most once per attempt (by its time)."""
+        """`jobs.outcome_after_cancel`, as its guard says (once per attempt)."""
         by_bucket: dict[int, list[UpdateOne]] = defaultdict(list)
         for o in outcomes:
             change = machine.outcome_after_cancel(o, now_ms)
-            query = {
-                "_id": _key(o),
-                **self._l.shard_key(_key(o)),
-                **guard_filter(change.guard),
-                "history.at": {"$ne": o.attempt.at},
-            }
+            query = {"_id": _key(o), **self._l.shard_key(_key(o)), **guard_filter(change.guard)}
             by_bucket[self._l.bucket_no(o.ref.second)].append(
                 UpdateOne(query, change_update(change))
             )

@@ -18,11 +18,13 @@ from timer_service.search import JobFilter
 
 @dataclass(frozen=True, slots=True)
 class RecentAttempt:
-    """One callback attempt of a job, with what lateness needs."""
+    """One callback attempt of a job, with what lateness needs: its due time and when it
+    was registered (a job registered past due is late by no fault of the service)."""
 
     biz_type: str
     due_at: int
     attempt: Attempt
+    created_at: int
 
 
 class ConsolePort(Protocol):

@@ -23,7 +23,7 @@ export function historyTable(history) {
           h("td", { class: "num" }, a.attempt),
           h("td", {}, fmtTime(a.at)),
           h("td", { class: "num" }, a.status_code ?? "—"),
-          h("td", { class: "error-text" }, a.error ?? "ok"),
+          a.error ? h("td", { class: "error-text" }, a.error) : h("td", { class: "ok-text" }, "ok"),
           h("td", { class: "num" }, `${a.duration_ms} ms`),
         ),
       ),

@@ -1,8 +1,8 @@
-"""The SDK stands alone: no server dependency is imported, and its wheel installs without one.
-
-The second test builds clients/python into a wheel, installs it into a fresh virtualenv
-(its dependencies from the package index pip is configured with), and type-checks a
-consumer against it with mypy --strict.
+"""The SDK's wheel, as a business team installs it: built from clients/python, installed
+into a fresh virtualenv (its dependencies from the package index pip is configured with)
+without any server dependency, importing alone there, and giving mypy --strict a
+consumer's types. A build, a virtualenv and mypy take seconds: not the unit tier, where
+tests/unit/test_sdk_imports.py checks what needs no wheel.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.packaging]
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_PROJECT = ROOT / "clients" / "python"
@@ -121,28 +123,6 @@ def run(*command: str | Path, cwd: Path, timeout_s: float = 180) -> str:
     return done.stdout
 
 
-def test_sdk_modules_import_without_any_server_dependency(tmp_path: Path) -> None:
-    env = clean_env() | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORT_CHECK],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, f"expected the SDK to import alone, got:\n{done.stderr}"
-
-
-def test_sdk_links_point_at_the_service_modules() -> None:
-    links = sorted((SDK_PROJECT / "timer_service").iterdir())
-    assert links, f"expected the SDK's sources linked under {SDK_PROJECT / 'timer_service'}"
-    for link in links:
-        target = (ROOT / "timer_service" / link.name).resolve()
-        assert link.is_symlink() and link.resolve() == target, f"{link} -> {target} expected"
-
-
 def expected_wheel_files() -> set[str]:
     client = {
         f"timer_service/client/{p.name}" for p in (ROOT / "timer_service/client").glob("*.py")
@@ -166,7 +146,6 @@ def build_sdk_wheel(work: Path) -> Path:
     return wheel
 
 
-@pytest.mark.packaging
 def test_sdk_wheel_installs_alone_and_gives_mypy_its_types(tmp_path: Path) -> None:
     wheel = build_sdk_wheel(tmp_path)
 
