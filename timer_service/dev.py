@@ -55,17 +55,17 @@ def banner(settings: Settings, store_desc: str, queue_desc: str) -> str:
 
 
 async def run_dev(settings: Settings, stop: asyncio.Event) -> None:
-    """The embedded store first (unless TIMER_MONGO_URL is given), stopped last; then
-    the three roles, as the production processes build them, over one store and one
-    queue."""
-    life = Lifecycle("dev", SystemClock(), settings.shutdown_grace_s)
-    data_dir = Path(settings.data_dir).absolute()
+    """The three roles, as the production processes build them, over one store and one
+    queue; on an embedded store (unless TIMER_MONGO_URL is given) started first and
+    stopped last."""
     if settings.mongo_url is not None:
-        await life.run(stop, lambda: _run_roles(settings, stop, None, "MongoDB at TIMER_MONGO_URL"))
+        await _run_roles(settings, stop, None, "MongoDB at TIMER_MONGO_URL")
         return
     from timer_service.embedded import EmbeddedStore
 
+    data_dir = Path(settings.data_dir).absolute()
     embedded = EmbeddedStore(data_dir / "store")
+    life = Lifecycle("dev's embedded store", SystemClock(), settings.shutdown_grace_s)
     life.add("embedded store", embedded.start, embedded.stop)
     where = f"embedded SecantusDB in {data_dir}"
     await life.run(stop, lambda: _run_roles(settings, stop, embedded.url, where))
