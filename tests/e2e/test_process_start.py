@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import BIN
-from tests.support import free_port
+from tests.support import SecantusServer, free_port, unique_name
 
 pytestmark = pytest.mark.e2e
 
@@ -75,47 +75,79 @@ def json_lines(path: Path) -> list[dict[str, object]]:
     return lines
 
 
-@pytest.mark.parametrize("service", ["api", "daemon", "broker"])
-def test_with_mongodb_down_a_process_logs_each_retry_and_stops_on_sigterm(
-    service: str, tmp_path: Path
-) -> None:
-    log_path = tmp_path / f"{service}.log"
-    env = {
+def start_with_a_dependency_down(
+    service: str, log_path: Path, **env: str
+) -> subprocess.Popen[bytes]:
+    full_env = {
         **os.environ,
-        "TIMER_MONGO_URL": f"mongodb://127.0.0.1:{free_port()}/",  # nobody listens
         "TIMER_HTTP_PORT": str(free_port()),
         "TIMER_METRICS_PORT": str(free_port()),
+        **env,
     }
     with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            command(["timer-service", service]), env=env, stdout=out, stderr=out
+        return subprocess.Popen(
+            command(["timer-service", service]), env=full_env, stdout=out, stderr=out
         )
+
+
+def retries_then_sigterm(
+    proc: subprocess.Popen[bytes], log_path: Path, dependency: str
+) -> tuple[int, float]:
+    """Wait for two retry lines about `dependency`, then SIGTERM: the exit code and how
+    long the process took to stop."""
     try:
         deadline = time.monotonic() + 30
         retries: list[dict[str, object]] = []
         while len(retries) < 2:
-            assert proc.poll() is None, f"{service} exited:\n{log_path.read_text()}"
+            assert proc.poll() is None, f"exited:\n{log_path.read_text()}"
             assert time.monotonic() < deadline, f"no retry lines:\n{log_path.read_text()}"
             time.sleep(0.2)
             retries = [
                 line
                 for line in json_lines(log_path)
-                if str(line.get("event", "")).endswith("not ready, retrying")
+                if line.get("event") == f"{dependency} not ready, retrying"
             ]
-        assert retries[0]["dependency"] == "store" and "error" in retries[0], retries[0]
+        assert "error" in retries[0], retries[0]
         assert [r["attempt"] for r in retries[:2]] == [1, 2], retries
         stopped_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(10)
-        took_s = time.monotonic() - stopped_at
+        return code, time.monotonic() - stopped_at
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-    lines = json_lines(log_path)
+
+
+@pytest.mark.parametrize("service", ["api", "daemon", "broker"])
+def test_with_mongodb_down_a_process_logs_each_retry_and_stops_on_sigterm(
+    service: str, tmp_path: Path
+) -> None:
+    log_path = tmp_path / f"{service}.log"
+    nobody = f"mongodb://127.0.0.1:{free_port()}/"
+    proc = start_with_a_dependency_down(service, log_path, TIMER_MONGO_URL=nobody)
+    code, took_s = retries_then_sigterm(proc, log_path, "store")
     assert code == 0, f"{service} exited {code}:\n{log_path.read_text()}"
     assert took_s < 3, f"{service} took {took_s:.1f} s to stop"
+    lines = json_lines(log_path)
     assert all("not_json" not in line for line in lines), log_path.read_text()  # no traceback
+
+
+@pytest.mark.parametrize("service", ["daemon", "broker"])
+def test_with_rabbitmq_down_a_process_logs_each_retry_and_stops_on_sigterm(
+    service: str, tmp_path: Path, secantus: SecantusServer
+) -> None:
+    log_path = tmp_path / f"{service}.log"
+    proc = start_with_a_dependency_down(
+        service,
+        log_path,
+        TIMER_MONGO_URL=secantus.url,
+        TIMER_MONGO_DB=unique_name("start"),
+        TIMER_AMQP_URL=f"amqp://guest:guest@127.0.0.1:{free_port()}/",
+    )
+    code, took_s = retries_then_sigterm(proc, log_path, "queue")
+    assert code == 0, f"{service} exited {code}:\n{log_path.read_text()}"
+    assert took_s < 3, f"{service} took {took_s:.1f} s to stop"
 
 
 def test_dev_prints_its_banner_once_its_port_accepts() -> None:
