@@ -5,11 +5,14 @@ role's metrics, and the service commands' flags win over the environment."""
 from __future__ import annotations
 
 import argparse
+import json
+import time
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.callback import CallbackRequest, Response
 from broker.sender import Sender
 from timer_service.callback_targets import TargetPolicy
 from timer_service.clock import Clock, FakeClock
@@ -125,3 +128,68 @@ def test_flags_win_over_the_environment_which_wins_over_the_defaults(
     )
     assert from_flags.allowed_hosts == "*"  # defaulted for the address the flag gave
     assert settings_for("daemon", argparse.Namespace()).http_port == 9090
+
+
+class Endpoint(Sender):
+    """A business endpoint in the process: answers 200 to every callback, on the clock
+    it is given, with no socket."""
+
+    def __init__(self, clock: Clock, policy: TargetPolicy) -> None:
+        super().__init__(clock, policy)
+        self.received: list[tuple[int, dict[str, object]]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def post(self, url: str, request: CallbackRequest, timeout_s: float) -> Response:
+        self.received.append((self._clock.now_ms(), json.loads(request.body)))
+        return Response(200)
+
+    @property
+    def is_open(self) -> bool:
+        return True
+
+
+async def test_a_cluster_built_by_the_wiring_fires_a_job_on_virtual_time() -> None:
+    """What the simulation does: an API, a daemon and a broker from the build functions
+    over one FakeClock, store and queue; 30 s of virtual time pass in well under one
+    real second, so nothing in them waits on the real clock."""
+    clock = FakeClock()
+    store, queue = MemoryStore(buckets=60, retention_ms=86_400_000), MemoryQueue()
+    await store.setup()
+    await queue.connect()
+    endpoints: list[Endpoint] = []
+
+    def endpoint(at: Clock, policy: TargetPolicy) -> Sender:
+        endpoints.append(Endpoint(at, policy))
+        return endpoints[-1]
+
+    def deps(roles: frozenset[Role], name: str) -> Dependencies:
+        return Dependencies(clock, store, Metrics(roles=roles), name, queue, http_client=endpoint)
+
+    app = build_api(settings(), deps(API, "api-1"))
+    daemon = build_daemon(settings(), deps(DAEMON, "daemon-1"))
+    broker = build_broker(settings(), deps(BROKER, "broker-1"))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://127.0.0.1"
+    ) as client:
+        biz = {"callback_url": "http://orders.example/cb"}
+        assert (await client.put("/v1/biz-types/orders", json=biz)).status_code == 201
+        job = {"biz_type": "orders", "job_id": "o-1", "delay_ms": 20_000}
+        created = await client.post("/v1/jobs", json=job)
+        assert created.status_code == 201, created.text
+    due_ms = created.json()["due_at"]
+    started_s = time.monotonic()
+    await daemon.start()
+    await broker.start()
+    (received,) = [e.received for e in endpoints]
+    assert await clock.run_until(lambda: bool(received), within_ms=30_000), "no callback"
+    await clock.drive(broker.stop(), within_ms=30_000)
+    await clock.drive(daemon.stop(), within_ms=30_000)
+    took_s = time.monotonic() - started_s
+    sent_ms, body = received[0]
+    assert body["job_id"] == "o-1" and due_ms <= sent_ms < due_ms + 1000, (sent_ms - due_ms, body)
+    assert took_s < 5, f"{took_s:.1f} s of real time for 20 s of virtual time"
