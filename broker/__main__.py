@@ -1,5 +1,5 @@
 import sys
 
-from broker.app import run
+from timer_service.processes.args import run_module
 
-sys.exit(run())
+sys.exit(run_module("broker", "python -m broker"))

@@ -16,36 +16,27 @@ import os
 import socket
 import uuid
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_not_exception_type,
-    wait_exponential,
-)
-
 from broker.lane import Lane
 from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import OutcomeWriter
 from broker.ownership import plan
 from broker.sender import Sender
 from broker.skew import SkewGuard
-from timer_service.clock import Clock, SystemClock
+from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
-from timer_service.errors import LayoutMismatch
 from timer_service.metrics import Metrics
 from timer_service.model import BizType
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
-from timer_service.runtime import cancel_and_wait, freeze_startup_heap, raise_if_cancelling
+from timer_service.runtime import cancel_and_wait, raise_if_cancelling
 from timer_service.settings import Settings
 from timer_service.store.base import Store
-from timer_service.tracing import NO_TRACING, Tracing, build_tracing
+from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
 DISCOVER_EVERY_S = 1.0
 HEARTBEAT_EVERY_S = 2.0
 HEARTBEAT_TTL_MS = int(3 * HEARTBEAT_EVERY_S * 1000)
-DEFAULT_METRICS_PORT = 9102
 
 
 class Broker:
@@ -58,6 +49,7 @@ class Broker:
         clock: Clock,
         broker_id: str | None = None,
         tracing: Tracing = NO_TRACING,
+        sender: Sender | None = None,
     ) -> None:
         self._settings = settings
         self._tracing = tracing
@@ -66,7 +58,7 @@ class Broker:
         self._metrics = metrics
         self._clock = clock
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._sender = Sender(clock, settings.callback_target_policy())
+        self._sender = sender or Sender(clock, settings.callback_target_policy())
         self._outcomes = OutcomeWriter(store, metrics, clock)
         self._marks = MarkWriter(store, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S)
         self.skew = SkewGuard()
@@ -108,7 +100,7 @@ class Broker:
             return
         self._stopped = True
         deadline = self._clock.monotonic_s() + self._settings.shutdown_grace_s
-        await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "broker")
+        await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "broker", self._clock)
         if self._removals:
             with contextlib.suppress(TimeoutError):
                 await self._clock.wait_for(asyncio.wait(list(self._removals)), TASK_STOP_TIMEOUT_S)
@@ -132,7 +124,7 @@ class Broker:
         self._lanes.clear()
         await self._sender.close()
         if self._beating is not None:
-            await cancel_and_wait([self._beating], TASK_STOP_TIMEOUT_S, "broker")
+            await cancel_and_wait([self._beating], TASK_STOP_TIMEOUT_S, "broker", self._clock)
         with contextlib.suppress(Exception):
             await self._store.leases.broker_gone(self.broker_id)
         log.info("broker stopped", extra={"broker_id": self.broker_id})
@@ -268,83 +260,3 @@ class Broker:
             raise_if_cancelling()  # a store call may have dropped the cancel
             took_s = self._clock.monotonic_s() - started_s if paced else 0.0
             await self._clock.sleep(max(0.0, interval_s - took_s))
-
-
-async def connect_queue(queue: DispatchQueue, clock: Clock, give_up_after_s: float = 60.0) -> None:
-    started_s = clock.monotonic_s()
-
-    def past_bound(_: RetryCallState) -> bool:
-        return clock.monotonic_s() - started_s >= give_up_after_s
-
-    async for attempt in AsyncRetrying(
-        stop=past_bound,
-        wait=wait_exponential(multiplier=0.2, max=5.0),
-        sleep=clock.sleep,
-        reraise=True,
-    ):
-        with attempt:
-            await queue.connect()
-
-
-async def check_store(store: Store, clock: Clock, give_up_after_s: float = 60.0) -> None:
-    """The store's schema, read (or created, by whichever process is first): a store set
-    up with another layout (TIMER_BUCKETS, TIMER_PARTITIONS) is refused at once."""
-    started_s = clock.monotonic_s()
-
-    def past_bound(_: RetryCallState) -> bool:
-        return clock.monotonic_s() - started_s >= give_up_after_s
-
-    async for attempt in AsyncRetrying(
-        retry=retry_if_not_exception_type(LayoutMismatch),
-        stop=past_bound,
-        wait=wait_exponential(multiplier=0.2, max=5.0),
-        sleep=clock.sleep,
-        reraise=True,
-    ):
-        with attempt:
-            await store.setup()
-
-
-def run() -> int:
-    """`timer-service broker` / `python -m broker`."""
-    from timer_service import wiring
-    from timer_service.logs import setup_logging
-    from timer_service.ops_http import OpsServer
-    from timer_service.runtime import run_until_signal
-
-    settings = Settings()  # type: ignore[call-arg]  # fields come from the environment
-    setup_logging(settings.log_level)
-
-    async def main(stop: asyncio.Event) -> None:
-        clock = SystemClock()
-        store = wiring.mongo_store(settings)
-        queue = wiring.amqp_queue(settings)
-        await check_store(store, clock)
-        await connect_queue(queue, clock)
-        metrics = Metrics()
-        tracing = build_tracing(settings.otel_exporter, "timer-service-broker")
-
-        async def ready() -> None:
-            await store.ping()
-            await queue.ping()
-
-        ops = OpsServer(
-            settings.metrics_host,
-            settings.metrics_port or DEFAULT_METRICS_PORT,
-            metrics.registry,
-            ready,
-        )
-        broker = Broker(settings, store, queue, metrics, clock, tracing=tracing)
-        await ops.start()
-        await broker.start()
-        freeze_startup_heap()
-        try:
-            await stop.wait()
-        finally:
-            await broker.stop()
-            await ops.stop()
-            await queue.close()
-            await store.close()
-            tracing.close()
-
-    return run_until_signal(main)

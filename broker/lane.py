@@ -174,7 +174,7 @@ class Lane:
         """Stop everything; unsettled messages stay unacked for the queue to take back."""
         tasks = [t for t in (self._task,) if t is not None]
         tasks += list(self._checks) + list(self._sends) + list(self._chores)
-        await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}")
+        await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, f"lane {self.biz.biz_type}", self._clock)
 
     def held(self) -> HeldBiz | None:
         """What this lane holds, for the broker's heartbeat: None when nothing."""

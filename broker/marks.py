@@ -80,7 +80,7 @@ class MarkWriter:
         return await ask.answer
 
     async def stop(self) -> None:
-        await cancel_and_wait(list(self._tasks), TASK_STOP_TIMEOUT_S, "marks")
+        await cancel_and_wait(list(self._tasks), TASK_STOP_TIMEOUT_S, "marks", self._clock)
 
     async def _gather(self) -> None:
         if self._gather_s:

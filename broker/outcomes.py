@@ -94,7 +94,7 @@ class OutcomeWriter:
         """Abandon unpersisted outcomes (their messages stay unacked for the queue to
         take back); finish acks already under way."""
         tasks = [t for t in (self._task,) if t is not None] + list(self._flushes)
-        await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, "outcomes")
+        await cancel_and_wait(tasks, TASK_STOP_TIMEOUT_S, "outcomes", self._clock)
         self._task = None
         if self._acks:
             with contextlib.suppress(TimeoutError):

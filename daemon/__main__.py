@@ -1,5 +1,5 @@
 import sys
 
-from daemon.app import run
+from timer_service.processes.args import run_module
 
-sys.exit(run())
+sys.exit(run_module("daemon", "python -m daemon"))

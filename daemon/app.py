@@ -1,4 +1,5 @@
-"""The daemon process: lease, scan loop, watch and reconciler as tasks; `run()` for the CLI."""
+"""The daemon: lease, scan loop, watch and reconciler as tasks (the process around it is
+`timer_service.processes`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
 
 from daemon.lease import Term
 from daemon.partition_lease import PartitionLeases
@@ -18,21 +18,15 @@ from daemon.rounds import Rounds
 from daemon.scanner import ScanConfig, Scanner
 from daemon.schedule_hook import ScheduleHook
 from daemon.sweeper import OverdueSweeper
-from timer_service.clock import Clock, SystemClock
+from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
 from timer_service.model import JobState
 from timer_service.queue.base import DispatchQueue
-from timer_service.runtime import (
-    cancel_and_wait,
-    freeze_startup_heap,
-    raise_if_cancelling,
-    wait_event,
-)
+from timer_service.runtime import cancel_and_wait, raise_if_cancelling
 from timer_service.settings import Settings
 from timer_service.store.base import Store
-from timer_service.tracing import NO_TRACING, Tracing, build_tracing
-from timer_service.wiring import scheduler as default_scheduler
+from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +172,9 @@ class Daemon:
         self._stop_watch.set()
         self._watch_wakeup.set()
         if self._watch_task is not None:
-            await asyncio.wait([self._watch_task], timeout=TASK_STOP_TIMEOUT_S)
-        await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "daemon")
+            with contextlib.suppress(TimeoutError):
+                await self.clock.wait_for(asyncio.wait([self._watch_task]), TASK_STOP_TIMEOUT_S)
+        await cancel_and_wait(self._tasks, TASK_STOP_TIMEOUT_S, "daemon", self.clock)
         self._tasks = []
         # Publish what was claimed before handing the lease over (bounded by the grace).
         await self.publisher.close(self.settings.shutdown_grace_s)
@@ -260,7 +255,7 @@ class Daemon:
             except Exception as exc:  # store hiccup: back off and go on
                 self.metrics.store_error("scan")
                 log.warning("scan iteration failed", extra={"error": repr(exc)})
-                await asyncio.sleep(ERROR_BACKOFF_S[min(failures, len(ERROR_BACKOFF_S) - 1)])
+                await self.clock.sleep(ERROR_BACKOFF_S[min(failures, len(ERROR_BACKOFF_S) - 1)])
                 failures += 1
                 continue
             await self._sleep_until(wake_ms, self.scanner.wake)
@@ -290,7 +285,7 @@ class Daemon:
                     "watch failed; safety poll only until it is back",
                     extra={"error": repr(exc), "retry_in_s": delay_s},
                 )
-            await asyncio.sleep(delay_s)
+            await self.clock.sleep(delay_s)
             delay_s = min(WATCH_RETRY_MAX_S, delay_s * 2)
 
     async def _reconcile_loop(self) -> None:
@@ -345,95 +340,10 @@ class Daemon:
         raise_if_cancelling()  # a store call may have dropped the shutdown's cancel
         delay_s = (wake_ms - self.clock.now_ms()) / 1000
         if delay_s > 0:
-            await wait_event(event, delay_s)
+            # On the clock, a timeout around the wait (not asyncio.wait_for: see
+            # runtime.wait_event); a FakeClock's sleepers wake as it moves.
+            with contextlib.suppress(TimeoutError):
+                await self.clock.wait_for(event.wait(), delay_s)
         else:
             await asyncio.sleep(0)  # always yield: a loop that is due again must not starve others
         event.clear()
-
-
-# -- the process ------------------------------------------------------------------------------
-
-
-def run() -> int:
-    """`timer-service daemon` / `python -m daemon`: runs until SIGTERM/SIGINT, exit 0."""
-    from timer_service.logs import setup_logging
-    from timer_service.runtime import run_until_signal
-
-    settings = Settings()  # type: ignore[call-arg]  # fields come from the environment
-    setup_logging(settings.log_level)
-    return run_until_signal(lambda stop: serve(settings, stop))
-
-
-async def serve(settings: Settings, stop: asyncio.Event) -> None:
-    from tenacity import AsyncRetrying, retry_if_not_exception_type, wait_exponential
-
-    from timer_service import wiring
-    from timer_service.errors import LayoutMismatch
-    from timer_service.ops_http import OpsServer
-
-    async def retried(what: str, call: Callable[[], Awaitable[None]]) -> None:
-        async for attempt in AsyncRetrying(
-            # A layout mismatch is a configuration error: retrying cannot mend it.
-            retry=retry_if_not_exception_type(LayoutMismatch),
-            wait=wait_exponential(multiplier=0.2, max=5),
-            before_sleep=lambda s: log.warning(
-                f"{what} failed, retrying",
-                extra={"error": repr(s.outcome.exception() if s.outcome else None)},
-            ),
-            reraise=True,
-        ):
-            with attempt:
-                await call()
-
-    metrics = Metrics()
-    tracing = build_tracing(settings.otel_exporter, "timer-service-daemon")
-    store = wiring.mongo_store(settings)
-    queue = wiring.amqp_queue(settings)
-
-    async def ready() -> None:
-        await store.ping()
-        await queue.ping()
-
-    ops = OpsServer(settings.metrics_host, settings.metrics_port or 9101, metrics.registry, ready)
-    await ops.start()
-    daemon: Daemon | None = None
-    try:
-        # Infrastructure may come up after us: retry until it answers or we are told to stop.
-        startup: asyncio.Future[object] = asyncio.ensure_future(
-            asyncio.gather(
-                retried("store setup", store.setup), retried("queue connect", queue.connect)
-            )
-        )
-        stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([startup, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if not startup.done():
-            startup.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await startup
-            return
-        stopping.cancel()
-        startup.result()
-        clock = SystemClock()
-        scheduler = default_scheduler(store, metrics, clock)
-        daemon = Daemon(
-            settings,
-            store,
-            queue,
-            metrics,
-            clock,
-            schedule_hook=ScheduleHook(scheduler),
-            tracing=tracing,
-        )
-        await daemon.start()
-        freeze_startup_heap()
-        log.info("daemon started", extra={"holder": daemon.holder_id})
-        await stop.wait()
-        log.info("daemon stopping")
-    finally:
-        if daemon is not None:
-            await daemon.stop()
-        await queue.close()
-        await store.close()
-        await ops.stop()
-        tracing.close()
-        log.info("daemon stopped")

@@ -133,7 +133,7 @@ class Publisher:
         """Finish what was submitted within `grace_s`, then stop; what is left stays
         claimed and unpublished, for the reconciler of the next leader."""
         await self.drain(grace_s)
-        await cancel_and_wait(self._workers.values(), TASK_STOP_TIMEOUT_S, "publisher")
+        await cancel_and_wait(self._workers.values(), TASK_STOP_TIMEOUT_S, "publisher", self._clock)
         self._workers.clear()
         self._backlogs.clear()
         self._unconfirmed.clear()

@@ -9,33 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from timer_service import __version__
-
-
-def _run_api() -> int:
-    from timer_service.api.server import run
-
-    return run()
-
-
-def _run_daemon() -> int:
-    from daemon.app import run
-
-    return run()
-
-
-def _run_broker() -> int:
-    from broker.app import run
-
-    return run()
-
-
-def _run_dev() -> int:
-    from timer_service.dev import run
-
-    return run()
-
-
-SERVICES = {"api": _run_api, "daemon": _run_daemon, "broker": _run_broker, "dev": _run_dev}
+from timer_service.processes.args import SERVICES, add_flags, run_service
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,10 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="operator commands: a readable table instead of JSON",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("api", help="run the REST API")
-    sub.add_parser("daemon", help="run the scan daemon")
-    sub.add_parser("broker", help="run the notifier")
-    sub.add_parser("dev", help="API + daemon + broker in one process, embedded defaults")
+    for command, what in SERVICES.items():
+        add_flags(sub.add_parser(command, help=what, description=what), command)
     from timer_service import ops_cli
 
     ops_cli.register(sub)
@@ -73,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in SERVICES:
         if "table" in args:
             parser.error(f"--table is for the operator commands, not {args.command}")
-        return SERVICES[args.command]()
+        return run_service(args.command, args)
     try:
         code = int(args.handler(args))
         sys.stdout.flush()  # here, not at exit, where a closed pipe cannot be caught

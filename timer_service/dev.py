@@ -11,17 +11,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from timer_service.api.server import serve
 from timer_service.clock import SystemClock
-from timer_service.logs import setup_logging
-from timer_service.metrics import Metrics
+from timer_service.metric_specs import ROLES
+from timer_service.processes.build import build_api, build_broker, build_daemon, build_scheduler
+from timer_service.processes.commands import base_lifecycle, started, store_and_queue
+from timer_service.processes.dependencies import instance_id, real_dependencies
+from timer_service.processes.lifecycle import Lifecycle
 from timer_service.queue.base import DispatchQueue
 from timer_service.queue.memory import MemoryQueue
-from timer_service.runtime import freeze_startup_heap, run_until_signal
 from timer_service.settings import Settings
-from timer_service.tracing import build_tracing
-from timer_service.wiring import amqp_queue, mongo_store
+from timer_service.wiring import amqp_queue
 
 log = logging.getLogger("timer_service.dev")
 
@@ -51,81 +54,56 @@ def banner(settings: Settings, store_desc: str, queue_desc: str) -> str:
     )
 
 
-async def serve_dev(settings: Settings, stop: asyncio.Event) -> None:
-    from broker.app import Broker
-    from daemon.app import Daemon
-    from daemon.schedule_hook import ScheduleHook
-    from timer_service.api.app import create_app
-    from timer_service.api.server import serve
+async def run_dev(settings: Settings, stop: asyncio.Event) -> None:
+    """The three roles, as the production processes build them, over one store and one
+    queue; on an embedded store (unless TIMER_MONGO_URL is given) started first and
+    stopped last."""
+    if settings.mongo_url is not None:
+        await _run_roles(settings, stop, None, "MongoDB at TIMER_MONGO_URL")
+        return
     from timer_service.embedded import EmbeddedStore
-    from timer_service.wiring import scheduler as default_scheduler
 
-    embedded: EmbeddedStore | None = None
     data_dir = Path(settings.data_dir).absolute()
-    mongo_url = settings.mongo_url
-    if mongo_url is None:
-        embedded = EmbeddedStore(data_dir / "store")
-        await embedded.start()
-        mongo_url = embedded.url
-        store_desc = f"embedded SecantusDB in {data_dir}"
-    else:
-        store_desc = "MongoDB at TIMER_MONGO_URL"
-    store = mongo_store(settings, mongo_url)
+    embedded = EmbeddedStore(data_dir / "store")
+    life = Lifecycle("dev's embedded store", SystemClock(), settings.shutdown_grace_s)
+    life.add("embedded store", embedded.start, embedded.stop)
+    where = f"embedded SecantusDB in {data_dir}"
+    await life.run(stop, lambda: _run_roles(settings, stop, embedded.url, where))
+
+
+async def _run_roles(
+    settings: Settings, stop: asyncio.Event, mongo_url: str | None, store_desc: str
+) -> None:
     queue: DispatchQueue
     if settings.amqp_url:
         queue, queue_desc = amqp_queue(settings), "RabbitMQ at TIMER_AMQP_URL"
     else:
         queue, queue_desc = MemoryQueue(), "in-process"
-    try:
-        await store.setup()
-        await queue.connect()
-        metrics, clock = Metrics(), SystemClock()
-        tracing = build_tracing(settings.otel_exporter, "timer-service-dev")
-        # One Scheduler for the API and the daemon's hook that chains occurrences.
-        scheduler = default_scheduler(store, metrics, clock)
-        daemon = Daemon(
-            settings,
-            store,
-            queue,
-            metrics,
-            clock,
-            schedule_hook=ScheduleHook(scheduler),
-            tracing=tracing,
-        )
-        broker = Broker(settings, store, queue, metrics, clock, tracing=tracing)
+    deps = real_dependencies(
+        settings, ROLES, service_name="timer-service-dev", mongo_url=mongo_url, queue=queue
+    )
+    # One Scheduler for the API and the daemon's hook that chains occurrences.
+    scheduler = build_scheduler(deps)
+    daemon = build_daemon(settings, deps, scheduler=scheduler)
+    broker = build_broker(settings, replace(deps, instance_id=instance_id()))
 
-        def nudge(seconds: Sequence[int]) -> None:
-            for second in seconds:
-                daemon.nudge(second)
+    def nudge(seconds: Sequence[int]) -> None:
+        for second in seconds:
+            daemon.nudge(second)
 
-        app = create_app(
-            settings,
-            store,
-            metrics,
-            clock,
-            on_jobs_written=nudge,
-            ready_checks=[queue.ping],
-            scheduler=scheduler,
-            tracing=tracing,
-        )
-        await daemon.start()
-        await broker.start()
-        freeze_startup_heap()
+    app = build_api(
+        settings, deps, scheduler=scheduler, on_jobs_written=nudge, ready_checks=[queue.ping]
+    )
+    life = base_lifecycle("dev", settings, deps)
+    store_and_queue(life, deps)
+    life.add("daemon", daemon.start, daemon.stop)
+    life.add("broker", broker.start, broker.stop)
+    life.add("startup done", started())
+
+    def listening() -> None:
         print(banner(settings, store_desc, queue_desc), flush=True)
-        try:
-            await serve(app, settings.http_host, settings.http_port, stop)
-        finally:
-            await broker.stop()
-            await daemon.stop()
-            tracing.close()
-    finally:
-        await queue.close()
-        await store.close()
-        if embedded is not None:
-            await embedded.stop()
 
-
-def run() -> int:
-    settings = Settings().with_default_hosts()
-    setup_logging(settings.log_level)
-    return run_until_signal(lambda stop: serve_dev(settings, stop))
+    await life.run(
+        stop,
+        lambda: serve(app, settings.http_host, settings.http_port, stop, on_listening=listening),
+    )

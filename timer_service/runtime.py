@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import io
 import logging
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from timer_service.clock import Clock
 from timer_service.errors import LayoutMismatch
 
 log = logging.getLogger(__name__)
@@ -42,9 +44,12 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
 
 
 async def cancel_and_wait(
-    tasks: Iterable[asyncio.Future[Any]], timeout_s: float, owner: str
+    tasks: Iterable[asyncio.Future[Any]],
+    timeout_s: float,
+    owner: str,
+    clock: Clock | None = None,
 ) -> None:
-    """Cancel `tasks` and wait for them, at most `timeout_s`.
+    """Cancel `tasks` and wait for them, at most `timeout_s` (on `clock`, when given).
 
     A task that swallows its cancellation or waits on a peer that never answers (a
     driver awaiting a reply on a dead connection, say) is logged and left behind, so
@@ -55,7 +60,12 @@ async def cancel_and_wait(
         task.cancel()
     if not tasks:
         return
-    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if clock is None:
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    else:
+        with contextlib.suppress(TimeoutError):
+            await clock.wait_for(asyncio.wait(tasks), timeout_s)
+        pending = {task for task in tasks if not task.done()}
     for task in pending:
         name = task.get_name() if isinstance(task, asyncio.Task) else repr(task)
         where = await_chain(task) if isinstance(task, asyncio.Task) else []

@@ -139,3 +139,22 @@ async def test_every_contract_metric_has_sensible_values(stack: Stack, receiver:
         ),
         10,
     )
+
+
+# Each process exports the metrics of its own work (the contract's Metrics section).
+NOT_EXPORTED_BY = {
+    "api": {"timer_scan_lag_seconds", "timer_daemon_leader", "timer_callbacks"},
+    "daemon": {"timer_callbacks", "timer_rate_limited", "timer_jobs_created"},
+    "broker": {"timer_scan_lag_seconds", "timer_daemon_leader", "timer_jobs_created"},
+}
+
+
+async def test_each_process_exports_only_its_own_roles_metrics(stack: Stack) -> None:
+    if stack.kind != "split":
+        pytest.skip("dev exports every role's metrics on its one port")
+    for name, service in stack.services.items():
+        text = await asyncio.to_thread(service.metrics)
+        exported = {family.name for family in text_string_to_metric_families(text)}
+        assert not exported & NOT_EXPORTED_BY[name], (
+            f"{name} exports {sorted(exported & NOT_EXPORTED_BY[name])}"
+        )

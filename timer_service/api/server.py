@@ -1,4 +1,4 @@
-"""`timer-service api`: the REST API over MongoDB, served by uvicorn until SIGTERM/SIGINT."""
+"""Serving an ASGI app with uvicorn until a stop event (the API process and `dev`)."""
 
 from __future__ import annotations
 
@@ -7,27 +7,15 @@ import contextlib
 import logging
 import math
 import signal
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
 
-from timer_service import wiring
-from timer_service.api.app import create_app
 from timer_service.api.limits import SERVER_HEADER_BYTES, HeaderLimitMiddleware
-from timer_service.clock import SystemClock
-from timer_service.errors import LayoutMismatch
-from timer_service.logs import setup_logging
-from timer_service.metrics import Metrics
-from timer_service.runtime import freeze_startup_heap, run_until_signal, wait_event
-from timer_service.settings import Settings
-from timer_service.store.base import Store
-from timer_service.tracing import build_tracing
 
 log = logging.getLogger(__name__)
-
-SETUP_RETRY_S = 2.0
-
 
 LISTEN_BACKLOG = 8192
 
@@ -35,6 +23,15 @@ LISTEN_BACKLOG = 8192
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: it re-raises the captured signal
     after shutdown (exit 143 on SIGTERM); here a stop event ends it instead."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_listening is not None:
+            self._on_listening()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -48,8 +45,10 @@ async def serve(
     stop: asyncio.Event | None = None,
     *,
     grace_s: float | None = None,
+    on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve `app` until `stop` is set, then shut down gracefully and return.
+    """Serve `app` until `stop` is set, then shut down gracefully and return;
+    `on_listening` is called once the socket is bound and the app started.
 
     Without a `stop` event, SIGTERM and SIGINT stop it; with one, the caller
     decides when (and handles signals itself)."""
@@ -66,7 +65,7 @@ async def serve(
         backlog=LISTEN_BACKLOG,
         timeout_graceful_shutdown=None if grace_s is None else math.ceil(grace_s),
     )
-    server = _Server(config)
+    server = _Server(config, on_listening)
     with _stop_on_signals(stop) as stop_event:
         watcher = asyncio.create_task(_exit_when_set(stop_event, server))
         try:
@@ -95,43 +94,3 @@ def _stop_on_signals(stop: asyncio.Event | None) -> Iterator[asyncio.Event]:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-
-
-async def _setup_store(store: Store, stop: asyncio.Event) -> bool:
-    """Create collections and indexes, retrying until the store answers or we are told
-    to stop (serving before the unique indexes exist would break idempotent create)."""
-    while not stop.is_set():
-        try:
-            await store.setup()
-            return True
-        except LayoutMismatch:
-            raise  # a configuration error: retrying cannot mend it
-        except Exception as exc:
-            log.warning("store not ready, retrying", extra={"error": str(exc)})
-        await wait_event(stop, SETUP_RETRY_S)
-    return False
-
-
-async def _main(settings: Settings, stop: asyncio.Event) -> None:
-    store = wiring.mongo_store(settings)
-    tracing = build_tracing(settings.otel_exporter, "timer-service-api")
-    try:
-        if not await _setup_store(store, stop):
-            return
-        app = create_app(settings, store, Metrics(), SystemClock(), tracing=tracing)
-        freeze_startup_heap()
-        log.info("api listening", extra={"host": settings.http_host, "port": settings.http_port})
-        await serve(
-            app, settings.http_host, settings.http_port, stop, grace_s=settings.shutdown_grace_s
-        )
-    finally:
-        await store.close()
-        tracing.close()
-        log.info("api stopped")
-
-
-def run() -> int:
-    settings = Settings().with_default_hosts()  # type: ignore[call-arg]  # no pydantic plugin
-    setup_logging(settings.log_level)
-
-    return run_until_signal(lambda stop: _main(settings, stop))
