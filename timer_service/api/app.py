@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from timer_service.api import routes_biz
 from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
 from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
@@ -26,7 +27,6 @@ from timer_service.api.problems import (
     on_problem,
     on_request_validation,
 )
-from timer_service.api.routes_biz import build_biz_router
 from timer_service.api.routes_console import build_console_router
 from timer_service.api.routes_health import build_health_router
 from timer_service.api.routes_jobs import build_jobs_router
@@ -111,7 +111,7 @@ def create_app(
     )
     tokens = Tokens(settings.named_tokens())
     routers = [
-        build_biz_router(ctx),
+        routes_biz.router,
         build_jobs_router(ctx, scheduler),
         build_schedules_router(ctx, scheduler),
         build_console_router(ctx, scheduler),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -14,6 +15,7 @@ from timer_service.api.console_schemas import BulkIn
 from timer_service.api.problems import PROBLEM_MEDIA_TYPE, TITLES
 from timer_service.api.schemas import (
     BizTypeIn,
+    BizTypePatchIn,
     JobBatchIn,
     JobCreateIn,
     JobPatchIn,
@@ -24,6 +26,7 @@ from timer_service.api.schemas import (
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     BizTypeIn,
+    BizTypePatchIn,
     SecretRotateIn,
     JobCreateIn,
     JobBatchIn,
@@ -57,14 +60,17 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def json_body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
+def json_body(
+    model: type[BaseModel],
+    required: bool = True,
+    media_types: Sequence[str] = ("application/json",),
+) -> dict[str, Any]:
     """`openapi_extra=` for a handler that parses its JSON body itself."""
+    schema = {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
     return {
         "requestBody": {
             "required": required,
-            "content": {
-                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
-            },
+            "content": {media_type: schema for media_type in media_types},
         }
     }
 
