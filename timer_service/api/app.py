@@ -11,7 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from timer_service.api import routes_biz
+from timer_service.api import (
+    routes_biz,
+    routes_console,
+    routes_health,
+    routes_jobs,
+    routes_problems,
+    routes_schedules,
+)
 from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
 from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
@@ -27,11 +34,6 @@ from timer_service.api.problems import (
     on_problem,
     on_request_validation,
 )
-from timer_service.api.routes_console import build_console_router
-from timer_service.api.routes_health import build_health_router
-from timer_service.api.routes_jobs import build_jobs_router
-from timer_service.api.routes_problems import build_problems_router
-from timer_service.api.routes_schedules import build_schedules_router
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
 from timer_service.metrics import Metrics
@@ -112,11 +114,11 @@ def create_app(
     tokens = Tokens(settings.named_tokens())
     routers = [
         routes_biz.router,
-        build_jobs_router(ctx, scheduler),
-        build_schedules_router(ctx, scheduler),
-        build_console_router(ctx, scheduler),
-        build_health_router(ctx),
-        build_problems_router(),
+        routes_jobs.router,
+        routes_schedules.router,
+        routes_console.router,
+        routes_health.router,
+        routes_problems.router,
     ]
     authenticated = [Security(actor_dependency(tokens))]
     for router in routers:
@@ -152,6 +154,7 @@ def create_app(
     install_openapi(app)
     install_docs(app)
     install_console(app)
+    # What the handlers' dependencies read (api/context.py: `Context`, `SchedulerDep`).
     app.state.context = ctx
     app.state.scheduler = scheduler
     return app

@@ -13,6 +13,7 @@ from typing import Annotated, Any, cast
 from fastapi import Depends, Request
 
 from timer_service.api.admission import AdmissionGate
+from timer_service.api.job_input import Limits
 from timer_service.audit import AuditAction, new_entry
 from timer_service.callback_targets import TargetPolicy
 from timer_service.clock import Clock
@@ -48,6 +49,10 @@ class ApiContext:
             on_jobs_written=self.on_jobs_written,
             quota=RegistrationQuota(),
         )
+
+    @cached_property
+    def job_limits(self) -> Limits:
+        return Limits(self.settings.max_payload_bytes, self.settings.horizon_ms)
 
     @cached_property
     def target_policy(self) -> TargetPolicy:
