@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Security
+from fastapi import Depends, FastAPI, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -22,7 +22,7 @@ from timer_service.api import (
 from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
 from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import install_openapi, operation_id
+from timer_service.api.docs import GATED_RESPONSES, install_openapi, operation_id
 from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
 from timer_service.api.observe import ObserveMiddleware
@@ -34,6 +34,7 @@ from timer_service.api.problems import (
     on_problem,
     on_request_validation,
 )
+from timer_service.api.query_params import refuse_unknown_query
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
 from timer_service.metrics import Metrics
@@ -121,9 +122,14 @@ def create_app(
         routes_problems.router,
     ]
     authenticated = [Security(actor_dependency(tokens))]
+    query_checked = [Depends(refuse_unknown_query)]
     for router in routers:
-        protected = router.prefix.startswith("/v1")
-        app.include_router(router, dependencies=authenticated if protected else None)
+        if router.prefix.startswith("/v1"):  # behind auth and the admission gate
+            app.include_router(
+                router, dependencies=[*authenticated, *query_checked], responses=GATED_RESPONSES
+            )
+        else:
+            app.include_router(router, dependencies=query_checked)
     api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
     ]

@@ -48,6 +48,35 @@ _DESCRIPTIONS = {
     503: "Not ready",
 }
 
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "description": "Seconds to wait before sending the request again",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def retry_after(status: int, description: str) -> dict[int | str, dict[str, Any]]:
+    """A `responses=` entry for a problem that says when to come back."""
+    return {
+        status: {"model": ProblemOut, "description": description, "headers": RETRY_AFTER_HEADER}
+    }
+
+
+# Every /v1 operation may be shed by the admission gate (api/admission.py) or find the
+# store not answering: both 503 with Retry-After (docs/operations.md, "Overload").
+GATED_RESPONSES = retry_after(
+    503,
+    "Overloaded (at TIMER_API_MAX_INFLIGHT requests at work) or the store is not"
+    " answering: nothing was done; retry after Retry-After seconds",
+)
+# A create over its biz type's registration quota (timer_service/quota.py).
+OVER_QUOTA_RESPONSES = retry_after(
+    429,
+    "The biz type's registration quota is used up on this API process: nothing was"
+    " written; retry after Retry-After seconds",
+)
+
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries for problem documents (media type fixed up in `openapi`)."""

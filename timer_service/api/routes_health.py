@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from timer_service.api.context import Context
-from timer_service.api.docs import problems
+from timer_service.api.docs import retry_after
 from timer_service.api.problems import OVERLOADED, problem_response
 from timer_service.api.schemas import HealthOut
 from timer_service.metrics import CONTENT_TYPE_LATEST, render
@@ -34,7 +34,7 @@ async def healthz() -> Response:
         " is not shedding load"
     ),
     response_model=HealthOut,
-    responses=problems(503),
+    responses=retry_after(503, "Not ready: a dependency does not answer, or shedding load"),
 )
 async def readyz(
     ctx: Context,

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from timer_service.api.bodies import BODY, UNKNOWN_FIELD, invalid, read_json
 from timer_service.api.context import Context, SchedulerDep
-from timer_service.api.docs import json_body, problems
+from timer_service.api.docs import OVER_QUOTA_RESPONSES, json_body, problems
 from timer_service.api.job_input import parse_create, parse_reschedule
 from timer_service.api.problems import Problem
 from timer_service.api.schemas import (
@@ -78,6 +78,7 @@ router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(401, 500))
     responses={
         200: {"model": JobOut, "description": "The same job existed already"},
         **problems(400, 409, 413, 415, 422),
+        **OVER_QUOTA_RESPONSES,
     },
     openapi_extra=json_body(JobCreateIn),
 )
@@ -101,7 +102,7 @@ async def create_job(ctx: Context, request: Request) -> Response:
     "/jobs:batch",
     summary="Create up to 1000 jobs; one result per item, in request order",
     response_model=BatchOut,
-    responses=problems(400, 413, 415, 422),
+    responses={**problems(400, 413, 415, 422), **OVER_QUOTA_RESPONSES},
     openapi_extra=json_body(JobBatchIn),
 )
 async def create_jobs(ctx: Context, request: Request) -> Response:
