@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any
 
 from fastapi.routing import APIRoute
 
@@ -39,3 +40,16 @@ async def test_the_app_serves_every_route_of_the_routes_files(api: Api) -> None:
         route.path_regex.pattern for module in ROUTES_MODULES for route in module.router.routes
     }
     assert served == declared, f"served only: {served - declared}, not served: {declared - served}"
+
+
+async def test_apps_of_one_module_share_prepared_routes_not_state(make_api: Any) -> None:
+    """The harness's speed-up (tests/unit/api_harness.py) keeps each test's app its own."""
+    first, second = await make_api(), await make_api()
+    one, two = (api.client._transport.app for api in (first, second))  # type: ignore[attr-defined]
+
+    included = [r for r in one.router.routes if getattr(r, "original_router", None) is not None]
+    assert len(included) == len(ROUTES_MODULES), included
+    assert all(any(r is mine for mine in two.router.routes) for r in included)
+    assert one.router.routes is not two.router.routes
+    assert one.state.context is not two.state.context
+    assert first.store is not second.store and first.clock is not second.clock
