@@ -46,6 +46,7 @@ router = APIRouter(prefix="/v1", tags=["console"], responses=problems(401, 500))
 async def bulk(
     action: BulkAction, request: Request, ctx: ApiContext, scheduler: Scheduler
 ) -> Response:
+    """What `bulk_cancel` and `bulk_replay` do, `action` apart."""
     body = validate(BulkIn, await read_json(request))
     given = body.filter
     where = JobFilter(
@@ -136,6 +137,7 @@ async def list_audit(
 async def stats_of(
     ctx: ApiContext, bizes: list[BizType], one: str | None
 ) -> list[dict[str, object]]:
+    """The stats of `bizes` (of biz type `one` only, when given: read for it alone)."""
     now = ctx.clock.now_ms()
     counts, attempts = await asyncio.gather(
         ctx.store.console.count_by_state(one),
