@@ -21,6 +21,7 @@ class AuditAction(StrEnum):
     JOBS_BULK_CANCEL = "jobs.bulk_cancel"
     JOBS_BULK_REPLAY = "jobs.bulk_replay"
     BIZ_TYPE_PUT = "biz_type.put"
+    BIZ_TYPE_PATCH = "biz_type.patch"
     BIZ_TYPE_DELETE = "biz_type.delete"
     BIZ_TYPE_ROTATE_SECRET = "biz_type.rotate_secret"
     SCHEDULE_PUT = "schedule.put"

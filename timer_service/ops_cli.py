@@ -20,12 +20,20 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
 
-from timer_service.client import UNCHANGED, NotFoundError, TimerApiError, TimerClient
+from timer_service.client import (
+    UNCHANGED,
+    BizTypeConfig,
+    NotFoundError,
+    TimerApiError,
+    TimerClient,
+)
 from timer_service.client.errors import error_for
+from timer_service.client.requests import Call
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 JOB_STATES = ("pending", "dispatched", "delivered", "dead", "cancelled")
@@ -162,6 +170,27 @@ def _put_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
         {flag: getattr(args, flag) for flag in BIZ_TYPE_FLAGS if getattr(args, flag) is not None}
     )
     return client.put_biz_type(args.biz_type, **config)
+
+
+def patch_biz_type(client: TimerClient, biz_type: str, patch: dict[str, Any]) -> BizTypeConfig:
+    """`PATCH /v1/biz-types/{biz_type}`, a JSON Merge Patch: only the fields it names
+    change; the signing secret and the limits stay as stored. Sent through the client's
+    own retrying call (a merge patch is idempotent, so a retry is safe)."""
+    path = "/v1/biz-types/" + quote(biz_type, safe="")
+    call = Call("PATCH", path, lambda r: BizTypeConfig.model_validate(r.json()), patch)
+    return client._run(call)
+
+
+def _patch_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
+    return patch_biz_type(client, args.biz_type, args.json)
+
+
+def _pause_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
+    return patch_biz_type(client, args.biz_type, {"paused": True})
+
+
+def _resume_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
+    return patch_biz_type(client, args.biz_type, {"paused": False})
 
 
 def _delete_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
@@ -385,6 +414,24 @@ def _register_biz_types(
     put.add_argument("--timeout-ms", type=int)
     put.add_argument("--signing-secret")
     put.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
+
+    patch = _leaf(
+        group,
+        "patch",
+        "change some fields of a biz type (a JSON Merge Patch: null resets a field)",
+        output,
+        _patch_biz_type,
+        BIZ_TYPE_COLUMNS,
+    )
+    patch.add_argument("biz_type")
+    patch.add_argument("--json", type=json_object, required=True, help="the patch as JSON")
+    for name, action, verb in (
+        ("pause", _pause_biz_type, "stop"),
+        ("resume", _resume_biz_type, "restart"),
+    ):
+        help_text = f"{verb} its callbacks; the secret and limits stay as they are"
+        leaf = _leaf(group, name, help_text, output, action, BIZ_TYPE_COLUMNS)
+        leaf.add_argument("biz_type")
 
 
 def _schedule_identity(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

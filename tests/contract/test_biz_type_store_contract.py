@@ -73,3 +73,15 @@ async def test_a_create_only_put_never_replaces(store: Store) -> None:
         )
     got = await store.biz_types.get_biz_type("orders")
     assert got == first, got
+
+
+async def test_a_conditional_put_never_brings_back_a_deleted_biz_type(store: Store) -> None:
+    """A PATCH that read a biz type which is deleted before it writes must not re-create it."""
+    read = BizType("orders", "http://a/", created_at=1, updated_at=1)
+    await store.biz_types.put_biz_type(read)
+    assert await store.biz_types.delete_biz_type("orders") is True
+
+    with pytest.raises(VersionMismatch):
+        await store.biz_types.put_biz_type(replace(read, updated_at=2), only_if_updated_at=1)
+
+    assert await store.biz_types.get_biz_type("orders") is None

@@ -39,17 +39,20 @@ class SwitchableReceiver:
         self.status = 200
         self.answered: Counter[tuple[str, int]] = Counter()
         self.bodies: dict[str, dict[str, Any]] = {}
+        self.raw: dict[str, tuple[bytes, dict[str, str]]] = {}  # the last callback's bytes
         self._lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
+                raw = self.rfile.read(length)
+                body = json.loads(raw)
                 status = receiver.status
                 with receiver._lock:
                     receiver.answered[(body["job_id"], status)] += 1
                     receiver.bodies[body["job_id"]] = body
+                    receiver.raw[body["job_id"]] = (raw, dict(self.headers.items()))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

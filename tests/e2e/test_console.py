@@ -20,12 +20,14 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.conftest import Stack, dev_stack
 from tests.e2e.console_support import SwitchableReceiver, chromium_path, screenshot
+from timer_service.receiver import verify_callback
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = "console-e2e-token"
 TOKEN_KEY = "timer-console-token"  # app.js keeps the token under this sessionStorage key
 UI_TIMEOUT_MS = 30_000
+SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BULK_JOBS = 1000
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
@@ -78,8 +80,8 @@ def receiver() -> Iterator[SwitchableReceiver]:
     receiver.stop()
 
 
-def put_biz(client: httpx.Client, name: str, receiver: SwitchableReceiver) -> None:
-    body = {"callback_url": receiver.url, "retry": {"max_attempts": 1}}
+def put_biz(client: httpx.Client, name: str, receiver: SwitchableReceiver, **config: Any) -> None:
+    body = {"callback_url": receiver.url, "retry": {"max_attempts": 1}, **config}
     response = client.put(f"/v1/biz-types/{name}", json=body)
     assert response.status_code in (200, 201), f"PUT {name}: {response.status_code} {response.text}"
 
@@ -227,13 +229,17 @@ def test_find_a_dead_job_by_label_then_bulk_replay_a_thousand(
 def test_pause_and_resume_a_biz_type(
     page: Page, client: httpx.Client, receiver: SwitchableReceiver
 ) -> None:
+    """A signed, rate-limited biz type pauses and resumes without its secret being asked
+    for (a PATCH), keeps its secret and limits, and its callbacks stay signed."""
     biz = "console-pausing"
-    put_biz(client, biz, receiver)
+    limits = {"rate_limit_per_s": 7.0, "burst": 2, "max_concurrency": 3}
+    put_biz(client, biz, receiver, signing_secret=SECRET, **limits)
     page.goto(f"/ui/#/biz/{biz}")
     page.get_by_test_id("pause-toggle").click()
-    confirm(page, f"PUT /v1/biz-types/{biz}")
+    confirm(page, f"PATCH /v1/biz-types/{biz}")
     expect(page.get_by_test_id("paused-badge")).to_have_text("paused")
-    assert client.get(f"/v1/biz-types/{biz}").json()["paused"] is True
+    paused = client.get(f"/v1/biz-types/{biz}").json()
+    assert (paused["paused"], paused["has_signing_secret"]) == (True, True), paused
     # Due 3 s after the pause: a pause reaches the notifiers within about a second
     # (docs/api.md), so a job due at once could still go out.
     create_jobs(client, [{"biz_type": biz, "job_id": "held", "delay_ms": 3000}])
@@ -249,13 +255,35 @@ def test_pause_and_resume_a_biz_type(
     expect(stat(page, "delivered")).to_have_text("0")
 
     page.get_by_test_id("pause-toggle").click()
-    confirm(page, f"PUT /v1/biz-types/{biz}")
+    confirm(page, f"PATCH /v1/biz-types/{biz}")
     expect(page.get_by_test_id("paused-badge")).to_have_text("running")
     expect(stat(page, "delivered")).to_have_text("1")
     assert receiver.jobs_answered(200) == {"held"}
+    resumed = client.get(f"/v1/biz-types/{biz}").json()
+    assert resumed["has_signing_secret"] is True, resumed
+    assert {k: resumed[k] for k in limits} == limits, resumed
+    raw, headers = receiver.raw["held"]
+    verify_callback(raw, headers, SECRET)  # raises InvalidSignature when unsigned
 
-    rows = audit_rows(page, biz, "biz_type.put")
-    expect(rows).to_have_count(3)  # created (API), paused, resumed
+    expect(audit_rows(page, biz, "biz_type.put")).to_have_count(1)  # created (API)
+    expect(audit_rows(page, biz, "biz_type.patch")).to_have_count(2)  # paused, resumed
+
+
+def test_saving_a_signed_config_keeps_its_secret(
+    page: Page, client: httpx.Client, receiver: SwitchableReceiver
+) -> None:
+    biz = "console-signed-save"
+    put_biz(client, biz, receiver, signing_secret=SECRET, registration_rate_per_s=50.0)
+    page.goto(f"/ui/#/biz/{biz}")
+    page.get_by_test_id("config-panel").locator("summary").click()
+    page.get_by_test_id("cfg-burst").fill("4")
+    page.get_by_test_id("save-config").click()
+    expect(page.get_by_test_id("config-diff")).to_have_text("burst: 1 → 4")
+    confirm(page, f"PATCH /v1/biz-types/{biz}")
+
+    stored = client.get(f"/v1/biz-types/{biz}").json()
+    assert (stored["burst"], stored["has_signing_secret"]) == (4, True), stored
+    assert stored["registration_rate_per_s"] == 50.0, "a field the form lacks must stay"
 
 
 def test_job_lookup_shows_history_and_replays_and_cancels(

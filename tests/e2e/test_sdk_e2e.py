@@ -308,6 +308,40 @@ class Cli:
         return problem
 
 
+async def test_cli_pause_and_resume_keep_the_secret_and_limits(
+    stack: Stack, business_app: BusinessApp
+) -> None:
+    """`biz-types pause|resume` patch `paused` alone: a signed, rate-limited biz type keeps
+    its secret and limits, and the job held by the pause arrives signed (the business
+    app's verifier refuses an unsigned callback, which would make it dead)."""
+    cli = Cli(stack.api_url)
+    biz = unique_name("cli-pause")
+    limits = {"rate_limit_per_s": 20.0, "burst": 2, "max_concurrency": 4}
+    await cli.json(
+        "biz-types", "put", biz, "--callback-url", business_app.url("/callback"),
+        "--signing-secret", NEW_SECRET, "--rate-limit-per-s", "20", "--burst", "2",
+        "--max-concurrency", "4", "--json", json.dumps({"retry": {"max_attempts": 1}}),
+    )  # fmt: skip
+
+    paused = await cli.json("biz-types", "pause", biz)
+
+    assert (paused["paused"], paused["has_signing_secret"]) == (True, True), paused
+    assert {k: paused[k] for k in limits} == limits, paused
+    async with AsyncTimerClient(stack.api_url) as timers:
+        # Due 2 s after the pause: a pause reaches the notifiers within about a second.
+        await timers.create_job(biz, delay_ms=2000, job_id="held")
+        await asyncio.sleep(3.5)
+        assert (biz, "held") not in business_app.received, "a paused biz type called back"
+
+        resumed = await cli.json("biz-types", "resume", biz)
+
+        assert (resumed["paused"], resumed["has_signing_secret"]) == (False, True), resumed
+        assert {k: resumed[k] for k in limits} == limits, resumed
+        await business_app.wait_for({(biz, "held")}, timeout_s=15)
+        job = await wait_state(timers, biz, "held", "delivered")
+        assert job.attempts == 1, job.model_dump()
+
+
 async def test_every_cli_subcommand_against_the_live_service(
     stack: Stack, business_app: BusinessApp
 ) -> None:

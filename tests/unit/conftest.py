@@ -1,10 +1,11 @@
-"""Fixtures every unit test may ask for: `make_api` and `api` (tests/unit/api_harness.py),
+"""Fixtures every unit test may ask for: `make_api` and `api` (tests/unit/api_harness.py,
+with `prepared_routes`, the routes its apps share within a module),
 `world` (tests/unit/broker_harness.py), `rendered` (tests/unit/manifests_harness.py),
 `store` and `clock` (tests/unit/daemon_harness.py; a file may define its own)."""
 
-from tests.unit.api_harness import api, make_api
+from tests.unit.api_harness import api, make_api, prepared_routes
 from tests.unit.broker_harness import world
 from tests.unit.daemon_harness import clock, store
 from tests.unit.manifests_harness import rendered
 
-__all__ = ["api", "clock", "make_api", "rendered", "store", "world"]
+__all__ = ["api", "clock", "make_api", "prepared_routes", "rendered", "store", "world"]

@@ -6,15 +6,23 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Security
+from fastapi import Depends, FastAPI, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from timer_service.api import (
+    routes_biz,
+    routes_console,
+    routes_health,
+    routes_jobs,
+    routes_problems,
+    routes_schedules,
+)
 from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
 from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import install_openapi, operation_id
+from timer_service.api.docs import GATED_RESPONSES, install_openapi, operation_id
 from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
 from timer_service.api.observe import ObserveMiddleware
@@ -26,12 +34,7 @@ from timer_service.api.problems import (
     on_problem,
     on_request_validation,
 )
-from timer_service.api.routes_biz import build_biz_router
-from timer_service.api.routes_console import build_console_router
-from timer_service.api.routes_health import build_health_router
-from timer_service.api.routes_jobs import build_jobs_router
-from timer_service.api.routes_problems import build_problems_router
-from timer_service.api.routes_schedules import build_schedules_router
+from timer_service.api.query_params import refuse_unknown_query
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
 from timer_service.metrics import Metrics
@@ -111,17 +114,22 @@ def create_app(
     )
     tokens = Tokens(settings.named_tokens())
     routers = [
-        build_biz_router(ctx),
-        build_jobs_router(ctx, scheduler),
-        build_schedules_router(ctx, scheduler),
-        build_console_router(ctx, scheduler),
-        build_health_router(ctx),
-        build_problems_router(),
+        routes_biz.router,
+        routes_jobs.router,
+        routes_schedules.router,
+        routes_console.router,
+        routes_health.router,
+        routes_problems.router,
     ]
     authenticated = [Security(actor_dependency(tokens))]
+    query_checked = [Depends(refuse_unknown_query)]
     for router in routers:
-        protected = router.prefix.startswith("/v1")
-        app.include_router(router, dependencies=authenticated if protected else None)
+        if router.prefix.startswith("/v1"):  # behind auth and the admission gate
+            app.include_router(
+                router, dependencies=[*authenticated, *query_checked], responses=GATED_RESPONSES
+            )
+        else:
+            app.include_router(router, dependencies=query_checked)
     api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
     ]
@@ -152,6 +160,7 @@ def create_app(
     install_openapi(app)
     install_docs(app)
     install_console(app)
+    # What the handlers' dependencies read (api/context.py: `Context`, `SchedulerDep`).
     app.state.context = ctx
     app.state.scheduler = scheduler
     return app

@@ -1,4 +1,6 @@
-"""What the handlers are given: settings and the injected store, metrics and clock."""
+"""What the handlers are given: settings and the injected store, metrics and clock, kept
+on `app.state` by `create_app` and handed to each handler by `Depends` (`Context`,
+`SchedulerDep`)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,19 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any, cast
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from timer_service.api.admission import AdmissionGate
+from timer_service.api.job_input import Limits
 from timer_service.audit import AuditAction, new_entry
+from timer_service.callback_targets import TargetPolicy
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.quota import RegistrationQuota
 from timer_service.registration import Registrar
+from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 
@@ -45,6 +50,14 @@ class ApiContext:
             quota=RegistrationQuota(),
         )
 
+    @cached_property
+    def job_limits(self) -> Limits:
+        return Limits(self.settings.max_payload_bytes, self.settings.horizon_ms)
+
+    @cached_property
+    def target_policy(self) -> TargetPolicy:
+        return self.settings.callback_target_policy()
+
     async def audit(
         self, request: Request, action: AuditAction, biz_type: str, **fields: Any
     ) -> None:
@@ -64,3 +77,15 @@ class ApiContext:
             self.on_jobs_written(seconds)
         except Exception:
             log.exception("on_jobs_written listener failed")
+
+
+def api_context(request: Request) -> ApiContext:
+    return cast(ApiContext, request.app.state.context)
+
+
+def api_scheduler(request: Request) -> Scheduler:
+    return cast(Scheduler, request.app.state.scheduler)
+
+
+Context = Annotated[ApiContext, Depends(api_context)]
+SchedulerDep = Annotated[Scheduler, Depends(api_scheduler)]

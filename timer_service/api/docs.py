@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -14,6 +15,7 @@ from timer_service.api.console_schemas import BulkIn
 from timer_service.api.problems import PROBLEM_MEDIA_TYPE, TITLES
 from timer_service.api.schemas import (
     BizTypeIn,
+    BizTypePatchIn,
     JobBatchIn,
     JobCreateIn,
     JobPatchIn,
@@ -24,6 +26,7 @@ from timer_service.api.schemas import (
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     BizTypeIn,
+    BizTypePatchIn,
     SecretRotateIn,
     JobCreateIn,
     JobBatchIn,
@@ -45,6 +48,35 @@ _DESCRIPTIONS = {
     503: "Not ready",
 }
 
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "description": "Seconds to wait before sending the request again",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def retry_after(status: int, description: str) -> dict[int | str, dict[str, Any]]:
+    """A `responses=` entry for a problem that says when to come back."""
+    return {
+        status: {"model": ProblemOut, "description": description, "headers": RETRY_AFTER_HEADER}
+    }
+
+
+# Every /v1 operation may be shed by the admission gate (api/admission.py) or find the
+# store not answering: both 503 with Retry-After (docs/operations.md, "Overload").
+GATED_RESPONSES = retry_after(
+    503,
+    "Overloaded (at TIMER_API_MAX_INFLIGHT requests at work) or the store is not"
+    " answering: nothing was done; retry after Retry-After seconds",
+)
+# A create over its biz type's registration quota (timer_service/quota.py).
+OVER_QUOTA_RESPONSES = retry_after(
+    429,
+    "The biz type's registration quota is used up on this API process: nothing was"
+    " written; retry after Retry-After seconds",
+)
+
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries for problem documents (media type fixed up in `openapi`)."""
@@ -57,14 +89,17 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def json_body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
+def json_body(
+    model: type[BaseModel],
+    required: bool = True,
+    media_types: Sequence[str] = ("application/json",),
+) -> dict[str, Any]:
     """`openapi_extra=` for a handler that parses its JSON body itself."""
+    schema = {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
     return {
         "requestBody": {
             "required": required,
-            "content": {
-                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
-            },
+            "content": {media_type: schema for media_type in media_types},
         }
     }
 

@@ -1,4 +1,5 @@
-"""Turning a validated create or reschedule request into what the store takes."""
+"""Parsing a create or reschedule request body into what the registrar and the store
+take: validation only; what a job may become is decided in `timer_service.jobs`."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class Limits:
     horizon_ms: int
 
 
-def resolve_due(
+def parse_due(
     due_at: int | None, delay_ms: int | None, now_ms: int, limits: Limits, loc: Loc
 ) -> int:
     """`jobs.resolve_due`, its refusal a 422 at the field it names under `loc`."""
@@ -32,13 +33,13 @@ def resolve_due(
         raise Problem.invalid([*loc, *exc.loc], str(exc)) from None
 
 
-def new_job(
+def parse_create(
     data: Any, now_ms: int, limits: Limits, loc: Loc = BODY, trace: TraceContext | None = None
 ) -> NewJob:
     """Validate one create body; raises Problem (422 or 413). `trace`: the request's
     trace context, kept with the job for its callbacks."""
     request = validate(JobCreateIn, data, loc)
-    due = resolve_due(request.due_at, request.delay_ms, now_ms, limits, loc)
+    due = parse_due(request.due_at, request.delay_ms, now_ms, limits, loc)
     payload_json = encode_checked(request.payload, limits.max_payload_bytes, [*loc, "payload"])
     return NewJob(
         biz_type=request.biz_type,
@@ -57,9 +58,10 @@ class Reschedule:
     payload_json: str | None  # None keeps the current payload
 
 
-def reschedule(data: Any, now_ms: int, limits: Limits) -> Reschedule:
+def parse_reschedule(data: Any, now_ms: int, limits: Limits) -> Reschedule:
+    """Validate one reschedule body; raises Problem (422 or 413)."""
     request = validate(JobPatchIn, data)
-    due = resolve_due(request.due_at, request.delay_ms, now_ms, limits, BODY)
+    due = parse_due(request.due_at, request.delay_ms, now_ms, limits, BODY)
     payload_json = None
     if "payload" in request.model_fields_set:
         payload_json = encode_checked(request.payload, limits.max_payload_bytes, [*BODY, "payload"])

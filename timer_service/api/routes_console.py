@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from timer_service.api.bodies import read_json, validate
 from timer_service.api.console_schemas import AuditPageOut, BizStatsOut, BulkIn, BulkOut, StatsOut
-from timer_service.api.context import ApiContext
+from timer_service.api.context import ApiContext, Context, SchedulerDep
 from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
 from timer_service.audit import AuditAction
@@ -40,126 +40,139 @@ _BULK_DOC = (
 )
 
 
-def build_console_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["console"], responses=problems(401, 500))
-    store, clock = ctx.store, ctx.clock
+router = APIRouter(prefix="/v1", tags=["console"], responses=problems(401, 500))
 
-    async def bulk(action: BulkAction, request: Request) -> Response:
-        body = validate(BulkIn, await read_json(request))
-        given = body.filter
-        where = JobFilter(
-            biz_type=given.biz_type,
-            states=None if given.state is None else frozenset({JobState(given.state)}),
-            labels=labels_of(given.labels),
-            job_id_prefix=given.job_id_prefix,
-            due_after=given.due_after,
-            due_before=given.due_before,
+
+async def bulk(
+    action: BulkAction, request: Request, ctx: ApiContext, scheduler: Scheduler
+) -> Response:
+    """What `bulk_cancel` and `bulk_replay` do, `action` apart."""
+    body = validate(BulkIn, await read_json(request))
+    given = body.filter
+    where = JobFilter(
+        biz_type=given.biz_type,
+        states=None if given.state is None else frozenset({JobState(given.state)}),
+        labels=labels_of(given.labels),
+        job_id_prefix=given.job_id_prefix,
+        due_after=given.due_after,
+        due_before=given.due_before,
+    )
+    if await ctx.store.biz_types.get_biz_type(given.biz_type) is None:
+        raise Problem(404, f"No biz type {given.biz_type!r}.")
+    now = ctx.clock.now_ms()
+    bulk_request = BulkRequest(action, where, body.dry_run, body.limit, body.cursor)
+    try:
+        result = await run_bulk(ctx.store.console, bulk_request, now)
+    except InvalidInput as exc:
+        raise Problem.invalid(["body", *exc.loc], str(exc)) from None
+    if not result.dry_run:
+        await ctx.audit(
+            request,
+            _AUDITED[action],
+            given.biz_type,
+            filter=where.to_public(),
+            count=len(result.changed),
+            detail={
+                "operation_id": result.operation_id,
+                "matched": result.matched,
+                "continued": body.cursor is not None,
+                "done": result.next_cursor is None,
+            },
         )
-        if await store.biz_types.get_biz_type(given.biz_type) is None:
-            raise Problem(404, f"No biz type {given.biz_type!r}.")
-        now = clock.now_ms()
-        bulk_request = BulkRequest(action, where, body.dry_run, body.limit, body.cursor)
-        try:
-            result = await run_bulk(store.console, bulk_request, now)
-        except InvalidInput as exc:
-            raise Problem.invalid(["body", *exc.loc], str(exc)) from None
-        if not result.dry_run:
-            await ctx.audit(
-                request,
-                _AUDITED[action],
-                given.biz_type,
-                filter=where.to_public(),
-                count=len(result.changed),
-                detail={
-                    "operation_id": result.operation_id,
-                    "matched": result.matched,
-                    "continued": body.cursor is not None,
-                    "done": result.next_cursor is None,
-                },
-            )
-        if action is BulkAction.REPLAY and result.changed:
-            ctx.jobs_written([now // 1000])
-        if action is BulkAction.CANCEL:
-            for job in result.changed:
-                try:
-                    await scheduler.on_cancelled(job.biz_type, job.job_id)
-                except Exception:  # the cancel is done; the schedule's repair mends the rest
-                    log.exception("schedule not advanced past a cancelled occurrence")
-        return JSONResponse(result.to_public())
+    if action is BulkAction.REPLAY and result.changed:
+        ctx.jobs_written([now // 1000])
+    if action is BulkAction.CANCEL:
+        for job in result.changed:
+            try:
+                await scheduler.on_cancelled(job.biz_type, job.job_id)
+            except Exception:  # the cancel is done; the schedule's repair mends the rest
+                log.exception("schedule not advanced past a cancelled occurrence")
+    return JSONResponse(result.to_public())
 
-    bulk_responses = problems(400, 404, 413, 422)
 
-    @router.post(
-        "/jobs:bulk-cancel",
-        summary="Cancel the pending and dispatched jobs a filter selects",
-        description=_BULK_DOC,
-        response_model=BulkOut,
-        responses=bulk_responses,
-        openapi_extra=json_body(BulkIn),
+bulk_responses = problems(400, 404, 413, 422)
+
+
+@router.post(
+    "/jobs:bulk-cancel",
+    summary="Cancel the pending and dispatched jobs a filter selects",
+    description=_BULK_DOC,
+    response_model=BulkOut,
+    responses=bulk_responses,
+    openapi_extra=json_body(BulkIn),
+)
+async def bulk_cancel(request: Request, ctx: Context, scheduler: SchedulerDep) -> Response:
+    return await bulk(BulkAction.CANCEL, request, ctx, scheduler)
+
+
+@router.post(
+    "/jobs:bulk-replay",
+    summary="Replay the dead jobs a filter selects (through the biz type's rate limit)",
+    description=_BULK_DOC,
+    response_model=BulkOut,
+    responses=bulk_responses,
+    openapi_extra=json_body(BulkIn),
+)
+async def bulk_replay(request: Request, ctx: Context, scheduler: SchedulerDep) -> Response:
+    return await bulk(BulkAction.REPLAY, request, ctx, scheduler)
+
+
+@router.get(
+    "/audit",
+    summary="The audit log of operator actions, newest first",
+    response_model=AuditPageOut,
+    responses=problems(422),
+)
+async def list_audit(
+    ctx: Context,
+    biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
+    action: AuditAction | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+) -> Response:
+    entries, next_cursor = await ctx.store.audit.list_entries(biz_type, action, limit, cursor)
+    return JSONResponse({"items": [e.to_public() for e in entries], "next_cursor": next_cursor})
+
+
+async def stats_of(
+    ctx: ApiContext, bizes: list[BizType], one: str | None
+) -> list[dict[str, object]]:
+    """The stats of `bizes` (of biz type `one` only, when given: read for it alone)."""
+    now = ctx.clock.now_ms()
+    counts, attempts = await asyncio.gather(
+        ctx.store.console.count_by_state(one),
+        ctx.store.console.recent_attempts(now - LATENESS_WINDOW_MS, one),
     )
-    async def bulk_cancel(request: Request) -> Response:
-        return await bulk(BulkAction.CANCEL, request)
+    items = []
+    for biz in bizes:
+        mine = {state: n for (name, state), n in counts.items() if name == biz.biz_type}
+        theirs = [a for a in attempts if a.biz_type == biz.biz_type]
+        items.append(biz_stats(biz, mine, theirs, now))
+    return items
 
-    @router.post(
-        "/jobs:bulk-replay",
-        summary="Replay the dead jobs a filter selects (through the biz type's rate limit)",
-        description=_BULK_DOC,
-        response_model=BulkOut,
-        responses=bulk_responses,
-        openapi_extra=json_body(BulkIn),
-    )
-    async def bulk_replay(request: Request) -> Response:
-        return await bulk(BulkAction.REPLAY, request)
 
-    @router.get(
-        "/audit",
-        summary="The audit log of operator actions, newest first",
-        response_model=AuditPageOut,
-        responses=problems(422),
-    )
-    async def list_audit(
-        biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
-        action: AuditAction | None = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
-        cursor: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
-    ) -> Response:
-        entries, next_cursor = await store.audit.list_entries(biz_type, action, limit, cursor)
-        return JSONResponse({"items": [e.to_public() for e in entries], "next_cursor": next_cursor})
+@router.get(
+    "/stats",
+    summary="Per biz type: jobs by state, outcomes of the last minute, lateness p99",
+    response_model=StatsOut,
+)
+async def stats(
+    ctx: Context,
+) -> Response:
+    bizes = await ctx.store.biz_types.list_biz_types()
+    at = ctx.clock.now_ms()
+    return JSONResponse({"at": at, "items": await stats_of(ctx, bizes, None)})
 
-    async def stats_of(bizes: list[BizType], one: str | None) -> list[dict[str, object]]:
-        now = clock.now_ms()
-        counts, attempts = await asyncio.gather(
-            store.console.count_by_state(one),
-            store.console.recent_attempts(now - LATENESS_WINDOW_MS, one),
-        )
-        items = []
-        for biz in bizes:
-            mine = {state: n for (name, state), n in counts.items() if name == biz.biz_type}
-            theirs = [a for a in attempts if a.biz_type == biz.biz_type]
-            items.append(biz_stats(biz, mine, theirs, now))
-        return items
 
-    @router.get(
-        "/stats",
-        summary="Per biz type: jobs by state, outcomes of the last minute, lateness p99",
-        response_model=StatsOut,
-    )
-    async def stats() -> Response:
-        bizes = await store.biz_types.list_biz_types()
-        at = clock.now_ms()
-        return JSONResponse({"at": at, "items": await stats_of(bizes, None)})
-
-    @router.get(
-        "/biz-types/{biz_type}/stats",
-        summary="One biz type's stats",
-        response_model=BizStatsOut,
-        responses=problems(404, 422),
-    )
-    async def biz_type_stats(biz_type: BizTypePath) -> Response:
-        biz = await store.biz_types.get_biz_type(biz_type)
-        if biz is None:
-            raise Problem(404, f"No biz type {biz_type!r}.")
-        [item] = await stats_of([biz], biz_type)
-        return JSONResponse(item)
-
-    return router
+@router.get(
+    "/biz-types/{biz_type}/stats",
+    summary="One biz type's stats",
+    response_model=BizStatsOut,
+    responses=problems(404, 422),
+)
+async def biz_type_stats(ctx: Context, biz_type: BizTypePath) -> Response:
+    biz = await ctx.store.biz_types.get_biz_type(biz_type)
+    if biz is None:
+        raise Problem(404, f"No biz type {biz_type!r}.")
+    [item] = await stats_of(ctx, [biz], biz_type)
+    return JSONResponse(item)

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from timer_service.api.bodies import BODY, UNKNOWN_FIELD, invalid, read_json
-from timer_service.api.context import ApiContext
-from timer_service.api.docs import json_body, problems
-from timer_service.api.job_input import Limits, new_job, reschedule
+from timer_service.api.context import Context, SchedulerDep
+from timer_service.api.docs import OVER_QUOTA_RESPONSES, json_body, problems
+from timer_service.api.job_input import parse_create, parse_reschedule
 from timer_service.api.problems import Problem
 from timer_service.api.schemas import (
     MAX_INT,
@@ -39,7 +39,6 @@ from timer_service.constants import (
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateStatus, NewJob
 from timer_service.model import Job, JobState, Labels, labels_of
-from timer_service.scheduling import Scheduler
 from timer_service.search import JobFilter
 from timer_service.tracecontext import TraceContext
 
@@ -68,180 +67,188 @@ def job_response(job: Job, status: int = 200) -> Response:
     return JSONResponse(job.to_public(), status)
 
 
-def build_jobs_router(ctx: ApiContext, scheduler: Scheduler) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(401, 500))
-    limits = Limits(ctx.settings.max_payload_bytes, ctx.settings.horizon_ms)
-    store, clock = ctx.store, ctx.clock
+router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(401, 500))
 
-    registrar = ctx.registrar
 
-    @router.post(
-        "/jobs",
-        summary="Create a job (idempotent on biz_type + job_id)",
-        status_code=201,
-        response_model=JobOut,
-        responses={
-            200: {"model": JobOut, "description": "The same job existed already"},
-            **problems(400, 409, 413, 415, 422),
-        },
-        openapi_extra=json_body(JobCreateIn),
-    )
-    async def create_job(request: Request) -> Response:
-        data = await read_json(request)
-        now = clock.now_ms()
-        job = new_job(data, now, limits, trace=request_trace(request))
-        [result] = await registrar.register([job], now)
+@router.post(
+    "/jobs",
+    summary="Create a job (idempotent on biz_type + job_id)",
+    status_code=201,
+    response_model=JobOut,
+    responses={
+        200: {"model": JobOut, "description": "The same job existed already"},
+        **problems(400, 409, 413, 415, 422),
+        **OVER_QUOTA_RESPONSES,
+    },
+    openapi_extra=json_body(JobCreateIn),
+)
+async def create_job(ctx: Context, request: Request) -> Response:
+    data = await read_json(request)
+    now = ctx.clock.now_ms()
+    job = parse_create(data, now, ctx.job_limits, trace=request_trace(request))
+    [result] = await ctx.registrar.register([job], now)
+    if isinstance(result, InvalidInput):
+        raise Problem.invalid([*BODY, *result.loc], str(result))
+    status = _STATUS[result.status]
+    if status == 409:
+        raise Problem(409, _CONFLICT_DETAIL)
+    response = job_response(result.job, status)
+    if status == 201:
+        response.headers["Location"] = job_location(result.job)
+    return response
+
+
+@router.post(
+    "/jobs:batch",
+    summary="Create up to 1000 jobs; one result per item, in request order",
+    response_model=BatchOut,
+    responses={**problems(400, 413, 415, 422), **OVER_QUOTA_RESPONSES},
+    openapi_extra=json_body(JobBatchIn),
+)
+async def create_jobs(ctx: Context, request: Request) -> Response:
+    items = _batch_items(await read_json(request))
+    now = ctx.clock.now_ms()
+    trace = request_trace(request)
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    accepted: list[tuple[int, NewJob]] = []
+    for i, item in enumerate(items):
+        try:
+            accepted.append((i, parse_create(item, now, ctx.job_limits, (*BODY, "jobs", i), trace)))
+        except Problem as problem:
+            results[i] = {"status": problem.status, "error": problem.body()}
+    written = await ctx.registrar.register([job for _, job in accepted], now)
+    for (i, _), result in zip(accepted, written, strict=True):
         if isinstance(result, InvalidInput):
-            raise Problem.invalid([*BODY, *result.loc], str(result))
+            error = Problem.invalid((*BODY, "jobs", i, *result.loc), str(result))
+            results[i] = {"status": 422, "error": error.body()}
+            continue
         status = _STATUS[result.status]
         if status == 409:
-            raise Problem(409, _CONFLICT_DETAIL)
-        response = job_response(result.job, status)
-        if status == 201:
-            response.headers["Location"] = job_location(result.job)
-        return response
+            results[i] = {"status": 409, "error": Problem(409, _CONFLICT_DETAIL).body()}
+        else:
+            results[i] = {"status": status, "job": result.job.to_public()}
+    return JSONResponse({"results": results})
 
-    @router.post(
-        "/jobs:batch",
-        summary="Create up to 1000 jobs; one result per item, in request order",
-        response_model=BatchOut,
-        responses=problems(400, 413, 415, 422),
-        openapi_extra=json_body(JobBatchIn),
-    )
-    async def create_jobs(request: Request) -> Response:
-        items = _batch_items(await read_json(request))
-        now = clock.now_ms()
-        trace = request_trace(request)
-        results: list[dict[str, Any] | None] = [None] * len(items)
-        accepted: list[tuple[int, NewJob]] = []
-        for i, item in enumerate(items):
-            try:
-                accepted.append((i, new_job(item, now, limits, (*BODY, "jobs", i), trace)))
-            except Problem as problem:
-                results[i] = {"status": problem.status, "error": problem.body()}
-        written = await registrar.register([job for _, job in accepted], now)
-        for (i, _), result in zip(accepted, written, strict=True):
-            if isinstance(result, InvalidInput):
-                error = Problem.invalid((*BODY, "jobs", i, *result.loc), str(result))
-                results[i] = {"status": 422, "error": error.body()}
-                continue
-            status = _STATUS[result.status]
-            if status == 409:
-                results[i] = {"status": 409, "error": Problem(409, _CONFLICT_DETAIL).body()}
-            else:
-                results[i] = {"status": status, "job": result.job.to_public()}
-        return JSONResponse({"results": results})
 
-    @router.get(
-        "/jobs",
-        summary="Search jobs, in identity order",
-        description=(
-            "Every filter given must match: `label=key:value` may repeat; `due_after` is"
-            " inclusive and `due_before` exclusive, both epoch ms on `due_at`. A page holds at"
-            " most `limit` jobs and may end short when a filter scans (docs/api.md,"
-            ' "Search"): follow `next_cursor` until it is null.'
+@router.get(
+    "/jobs",
+    summary="Search jobs, in identity order",
+    description=(
+        "Every filter given must match: `label=key:value` may repeat; `due_after` is"
+        " inclusive and `due_before` exclusive, both epoch ms on `due_at`. A page holds at"
+        " most `limit` jobs and may end short when a filter scans (docs/api.md,"
+        ' "Search"): follow `next_cursor` until it is null.'
+    ),
+    response_model=JobPageOut,
+    responses=problems(422),
+)
+async def list_jobs(
+    ctx: Context,
+    biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
+    state: JobState | None = None,
+    label: Annotated[list[str] | None, Query(description="key:value; may repeat")] = None,
+    job_id_prefix: Annotated[str | None, Query(pattern=JOB_ID_PATTERN)] = None,
+    due_after: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+    due_before: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=1024,
+            description="`next_cursor` of the page before; anything else is a 422.",
         ),
-        response_model=JobPageOut,
-        responses=problems(422),
+    ] = None,
+) -> Response:
+    if cursor:
+        check_cursor(cursor, biz_type)
+    if due_after is not None and due_before is not None and due_after >= due_before:
+        raise Problem.invalid(["query", "due_after"], "must be before due_before")
+    where = JobFilter(
+        biz_type=biz_type,
+        states=None if state is None else frozenset({state}),
+        labels=label_filter(label or []),
+        job_id_prefix=job_id_prefix,
+        due_after=due_after,
+        due_before=due_before,
     )
-    async def list_jobs(
-        biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
-        state: JobState | None = None,
-        label: Annotated[list[str] | None, Query(description="key:value; may repeat")] = None,
-        job_id_prefix: Annotated[str | None, Query(pattern=JOB_ID_PATTERN)] = None,
-        due_after: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
-        due_before: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
-        cursor: Annotated[
-            str | None,
-            Query(
-                max_length=1024,
-                description="`next_cursor` of the page before; anything else is a 422.",
-            ),
-        ] = None,
-    ) -> Response:
-        if cursor:
-            check_cursor(cursor, biz_type)
-        if due_after is not None and due_before is not None and due_after >= due_before:
-            raise Problem.invalid(["query", "due_after"], "must be before due_before")
-        where = JobFilter(
-            biz_type=biz_type,
-            states=None if state is None else frozenset({state}),
-            labels=label_filter(label or []),
-            job_id_prefix=job_id_prefix,
-            due_after=due_after,
-            due_before=due_before,
-        )
-        try:
-            jobs, next_cursor = await store.console.search_jobs(where, limit, cursor or None)
-        except (InvalidInput, ValueError):
-            raise Problem.invalid(["query", "cursor"], "is not a cursor this API gave") from None
-        return JSONResponse(
-            {"items": [job.to_public() for job in jobs], "next_cursor": next_cursor}
-        )
+    try:
+        jobs, next_cursor = await ctx.store.console.search_jobs(where, limit, cursor or None)
+    except (InvalidInput, ValueError):
+        raise Problem.invalid(["query", "cursor"], "is not a cursor this API gave") from None
+    return JSONResponse({"items": [job.to_public() for job in jobs], "next_cursor": next_cursor})
 
-    @router.get(
-        "/jobs/{biz_type}/{job_id}",
-        summary="Read a job, with its attempt history",
-        response_model=JobOut,
-        responses=problems(404, 422),
+
+@router.get(
+    "/jobs/{biz_type}/{job_id}",
+    summary="Read a job, with its attempt history",
+    response_model=JobOut,
+    responses=problems(404, 422),
+)
+async def get_job(ctx: Context, biz_type: BizTypePath, job_id: JobIdPath) -> Response:
+    job = await ctx.store.jobs.get_job(biz_type, job_id)
+    if job is None:
+        raise Problem(404, f"No job {job_id!r} of biz type {biz_type!r}.")
+    return job_response(job)
+
+
+@router.delete(
+    "/jobs/{biz_type}/{job_id}",
+    summary="Cancel a job (pending, dispatched or already cancelled)",
+    response_model=JobOut,
+    responses=problems(404, 409, 422),
+)
+async def cancel_job(
+    ctx: Context,
+    scheduler: SchedulerDep,
+    biz_type: BizTypePath,
+    job_id: JobIdPath,
+    request: Request,
+) -> Response:
+    job = await ctx.store.jobs.cancel_job(biz_type, job_id, ctx.clock.now_ms())
+    await ctx.audit(request, AuditAction.JOB_CANCEL, biz_type, job_id=job_id)
+    try:
+        await scheduler.on_cancelled(biz_type, job_id)
+    except Exception:  # the cancel is done; the schedule's repair mends the rest
+        log.exception("schedule not advanced past a cancelled occurrence")
+    return job_response(job)
+
+
+@router.patch(
+    "/jobs/{biz_type}/{job_id}",
+    summary="Reschedule a pending job (and replace its payload if given)",
+    response_model=JobOut,
+    responses=problems(400, 404, 409, 413, 415, 422),
+    openapi_extra=json_body(JobPatchIn),
+)
+async def reschedule_job(
+    ctx: Context, biz_type: BizTypePath, job_id: JobIdPath, request: Request
+) -> Response:
+    data = await read_json(request)
+    now = ctx.clock.now_ms()
+    change = parse_reschedule(data, now, ctx.job_limits)
+    job = await ctx.store.jobs.reschedule_job(
+        biz_type, job_id, change.due_at, change.payload_json, now
     )
-    async def get_job(biz_type: BizTypePath, job_id: JobIdPath) -> Response:
-        job = await store.jobs.get_job(biz_type, job_id)
-        if job is None:
-            raise Problem(404, f"No job {job_id!r} of biz type {biz_type!r}.")
-        return job_response(job)
+    ctx.jobs_written([(job.next_attempt_at or job.due_at) // 1000])
+    detail = {"due_at": job.due_at, "payload_replaced": change.payload_json is not None}
+    await ctx.audit(request, AuditAction.JOB_RESCHEDULE, biz_type, job_id=job_id, detail=detail)
+    return job_response(job)
 
-    @router.delete(
-        "/jobs/{biz_type}/{job_id}",
-        summary="Cancel a job (pending, dispatched or already cancelled)",
-        response_model=JobOut,
-        responses=problems(404, 409, 422),
-    )
-    async def cancel_job(biz_type: BizTypePath, job_id: JobIdPath, request: Request) -> Response:
-        job = await store.jobs.cancel_job(biz_type, job_id, clock.now_ms())
-        await ctx.audit(request, AuditAction.JOB_CANCEL, biz_type, job_id=job_id)
-        try:
-            await scheduler.on_cancelled(biz_type, job_id)
-        except Exception:  # the cancel is done; the schedule's repair mends the rest
-            log.exception("schedule not advanced past a cancelled occurrence")
-        return job_response(job)
 
-    @router.patch(
-        "/jobs/{biz_type}/{job_id}",
-        summary="Reschedule a pending job (and replace its payload if given)",
-        response_model=JobOut,
-        responses=problems(400, 404, 409, 413, 415, 422),
-        openapi_extra=json_body(JobPatchIn),
-    )
-    async def reschedule_job(
-        biz_type: BizTypePath, job_id: JobIdPath, request: Request
-    ) -> Response:
-        data = await read_json(request)
-        now = clock.now_ms()
-        change = reschedule(data, now, limits)
-        job = await store.jobs.reschedule_job(
-            biz_type, job_id, change.due_at, change.payload_json, now
-        )
-        ctx.jobs_written([(job.next_attempt_at or job.due_at) // 1000])
-        detail = {"due_at": job.due_at, "payload_replaced": change.payload_json is not None}
-        await ctx.audit(request, AuditAction.JOB_RESCHEDULE, biz_type, job_id=job_id, detail=detail)
-        return job_response(job)
-
-    @router.post(
-        "/jobs/{biz_type}/{job_id}/replay",
-        summary="Make a dead job pending again, now, with a fresh attempt budget",
-        response_model=JobOut,
-        responses=problems(404, 409, 422),
-    )
-    async def replay_job(biz_type: BizTypePath, job_id: JobIdPath, request: Request) -> Response:
-        now = clock.now_ms()
-        job = await store.jobs.replay_job(biz_type, job_id, now)
-        await ctx.audit(request, AuditAction.JOB_REPLAY, biz_type, job_id=job_id)
-        ctx.jobs_written([(job.next_attempt_at or now) // 1000])
-        return job_response(job)
-
-    return router
+@router.post(
+    "/jobs/{biz_type}/{job_id}/replay",
+    summary="Make a dead job pending again, now, with a fresh attempt budget",
+    response_model=JobOut,
+    responses=problems(404, 409, 422),
+)
+async def replay_job(
+    ctx: Context, biz_type: BizTypePath, job_id: JobIdPath, request: Request
+) -> Response:
+    now = ctx.clock.now_ms()
+    job = await ctx.store.jobs.replay_job(biz_type, job_id, now)
+    await ctx.audit(request, AuditAction.JOB_REPLAY, biz_type, job_id=job_id)
+    ctx.jobs_written([(job.next_attempt_at or now) // 1000])
+    return job_response(job)
 
 
 def check_cursor(cursor: str, biz_type: str | None) -> None:

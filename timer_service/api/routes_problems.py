@@ -16,20 +16,18 @@ class ProblemTypeOut(BaseModel):
     description: str
 
 
-def build_problems_router() -> APIRouter:
-    router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"])
 
-    @router.get(
-        PROBLEMS_PATH + "{kind}",
-        summary="What a problem type means",
-        response_model=ProblemTypeOut,
-        responses=problems(404),
-    )
-    async def get_problem_type(kind: str) -> Response:
-        type_ = PROBLEMS_PATH + kind
-        description = PROBLEM_DESCRIPTIONS.get(type_)
-        if description is None:
-            raise Problem(404, f"No problem type {type_!r}.")
-        return JSONResponse({"type": type_, "description": description})
 
-    return router
+@router.get(
+    PROBLEMS_PATH + "{kind}",
+    summary="What a problem type means",
+    response_model=ProblemTypeOut,
+    responses=problems(404),
+)
+async def get_problem_type(kind: str) -> Response:
+    type_ = PROBLEMS_PATH + kind
+    description = PROBLEM_DESCRIPTIONS.get(type_)
+    if description is None:
+        raise Problem(404, f"No problem type {type_!r}.")
+    return JSONResponse({"type": type_, "description": description})

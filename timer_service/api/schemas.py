@@ -241,6 +241,36 @@ class BizTypeIn(_Strict):
     )
 
 
+class RetryPolicyPatchIn(_Strict):
+    """Members given replace the stored ones; `null` resets one to its default."""
+
+    max_attempts: Int | None = Field(None, ge=1, le=MAX_INT)
+    initial_backoff_ms: Int | None = Field(None, ge=0, le=MAX_INT)
+    max_backoff_ms: Int | None = Field(None, ge=0, le=MAX_INT)
+    multiplier: float | None = Field(None, ge=1)
+
+
+class BizTypePatchIn(_Strict):
+    """A JSON Merge Patch (RFC 7396) of the stored config, which `BizTypeIn` then checks
+    whole: an absent member keeps its value, `null` resets it to its default (for
+    `callback_url`, which has none: 422), `retry` merges member by member."""
+
+    callback_url: CallbackUrl | None = None
+    rate_limit_per_s: float | None = Field(None, ge=MIN_RATE_LIMIT_PER_S)
+    burst: Int | None = Field(None, ge=1, le=MAX_BURST)
+    max_concurrency: Int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
+    timeout_ms: Int | None = Field(None, ge=1, le=MAX_TIMEOUT_MS)
+    retry: RetryPolicyPatchIn | None = None
+    signing_secret: SigningSecret | None = Field(
+        None, description="A new secret (ends a rotation); null removes it; absent keeps it."
+    )
+    paused: bool | None = None
+    registration_rate_per_s: float | None = Field(
+        None, ge=MIN_RATE_LIMIT_PER_S, le=MAX_REGISTRATION_RATE_PER_S
+    )
+    registration_burst: Int | None = Field(None, ge=1, le=MAX_BURST)
+
+
 class SecretRotateIn(_Strict):
     signing_secret: SigningSecret | None = Field(
         None, description="The new secret; absent = a new random `whsec_` secret."

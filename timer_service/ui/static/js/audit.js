@@ -13,6 +13,7 @@ const ACTIONS = [
   "jobs.bulk_cancel",
   "jobs.bulk_replay",
   "biz_type.put",
+  "biz_type.patch",
   "biz_type.delete",
   "biz_type.rotate_secret",
   "schedule.put",

@@ -1,7 +1,8 @@
-// A biz type's config: the editable form, and the confirmed PUT that saves it (also
-// used by pause / resume). A PUT replaces the whole config and the API never returns
-// the signing secret, so a save of a biz type that has one asks for it again, or for
-// an explicit "remove it".
+// A biz type's config: the editable form, and the confirmed writes that save it. A new
+// biz type is a PUT. A stored one changes by a PATCH (a JSON Merge Patch) that names only
+// the fields the form changed, so what the form does not show stays as stored: the
+// signing secret (which the API never returns) and the registration quota. Pause and
+// resume are PATCH {"paused": ...}: a signed biz type pauses without its secret.
 
 import { api, enc } from "./api.js";
 import { confirmDialog, h } from "./dom.js";
@@ -17,8 +18,8 @@ const DEFAULTS = {
   paused: false,
 };
 
-// The PUT body that keeps a stored config as it is (less the secret, which is unknowable).
-export function bodyOf(config) {
+// The fields of a stored config that the form edits, as a PUT body has them.
+function bodyOf(config) {
   return {
     callback_url: config.callback_url,
     rate_limit_per_s: config.rate_limit_per_s,
@@ -30,6 +31,21 @@ export function bodyOf(config) {
   };
 }
 
+// The merge patch (RFC 7396) that turns `before` into `after`: the fields that differ,
+// nested objects (`retry`) member by member; a field set to null resets it.
+export function patchOf(before, after) {
+  const patch = {};
+  for (const [key, value] of Object.entries(after)) {
+    if (value && typeof value === "object") {
+      const inner = patchOf(before[key] || {}, value);
+      if (Object.keys(inner).length) patch[key] = inner;
+    } else if (before[key] !== value) {
+      patch[key] = value;
+    }
+  }
+  return patch;
+}
+
 function flatten(body, prefix = "") {
   const out = {};
   for (const [key, value] of Object.entries(body)) {
@@ -39,53 +55,75 @@ function flatten(body, prefix = "") {
   return out;
 }
 
-function changes(before, after) {
-  if (!before) return [];
+function changes(before, patch) {
   const a = flatten(before);
-  const b = flatten(after);
-  return Object.keys(b)
-    .filter((k) => a[k] !== b[k])
-    .map((k) => h("li", {}, `${k}: ${a[k] ?? "null"} → ${b[k] ?? "null"}`));
+  return Object.entries(flatten(patch)).map(([k, v]) =>
+    h("li", {}, `${k}: ${a[k] ?? "null"} → ${v ?? "null"}`),
+  );
 }
 
-// Asks, then PUTs `body` as `name`'s config; the saved config, or null if not confirmed.
-export async function putBizType({ name, body, stored, title, confirmLabel }) {
-  const hasSecret = Boolean(stored && stored.has_signing_secret);
+// Asks, then PUTs `body` as a new biz type `name`; the stored config, or null if not
+// confirmed.
+export async function createBizType({ name, body }) {
   const secret = h("input", { type: "password", autocomplete: "off", testid: "secret-input" });
-  const remove = h("input", { type: "checkbox", testid: "remove-secret" });
-  const diff = changes(stored && bodyOf(stored), body);
-  const extra = h(
-    "div",
-    {},
-    diff.length ? h("ul", { class: "diff", testid: "config-diff" }, diff) : null,
-    hasSecret
-      ? h(
-          "div",
-          { class: "secret-box" },
-          h(
-            "p",
-            {},
-            "This biz type signs its callbacks. A save replaces the whole config and the API " +
-              "never shows the secret: enter it to keep it (or a new one), or remove it.",
-          ),
-          h("label", {}, "Signing secret ", secret),
-          h("label", {}, remove, " remove the signing secret"),
-        )
-      : h("label", {}, "Signing secret (optional) ", secret),
-  );
   const ok = await confirmDialog({
-    title,
-    message: stored
-      ? `PUT /v1/biz-types/${name} replaces its config.`
-      : `PUT /v1/biz-types/${name} creates the biz type.`,
-    body: extra,
-    confirmLabel,
-    canConfirm: () => !hasSecret || secret.value !== "" || remove.checked,
+    title: `Create ${name}?`,
+    message: `PUT /v1/biz-types/${name} creates the biz type.`,
+    body: h("label", {}, "Signing secret (optional) ", secret),
+    confirmLabel: "Create",
   });
   if (!ok) return null;
   const sent = { ...body };
   if (secret.value) sent.signing_secret = secret.value;
   return api("PUT", `/v1/biz-types/${enc(name)}`, sent);
+}
+
+// Asks, then PATCHes the fields of `body` that differ from `stored`; the saved config, or
+// null if not confirmed. The secret stays unless a new one is entered or removal ticked.
+export async function saveBizType({ name, body, stored }) {
+  const secret = h("input", { type: "password", autocomplete: "off", testid: "secret-input" });
+  const remove = h("input", { type: "checkbox", testid: "remove-secret" });
+  const patch = patchOf(bodyOf(stored), body);
+  const diff = changes(bodyOf(stored), patch);
+  const extra = h(
+    "div",
+    {},
+    diff.length ? h("ul", { class: "diff", testid: "config-diff" }, diff) : h("p", {}, "No field changes."),
+    stored.has_signing_secret
+      ? h(
+          "div",
+          { class: "secret-box" },
+          h("p", {}, "This biz type signs its callbacks; its secret stays unless you enter a new one."),
+          h("label", {}, "New signing secret (optional) ", secret),
+          h("label", {}, remove, " remove the signing secret"),
+        )
+      : h("label", {}, "Signing secret (optional) ", secret),
+  );
+  const ok = await confirmDialog({
+    title: `Save the config of ${name}?`,
+    message: `PATCH /v1/biz-types/${name} changes the fields listed; the rest stays as stored.`,
+    body: extra,
+    confirmLabel: "Save",
+    canConfirm: () => !(secret.value !== "" && remove.checked),
+  });
+  if (!ok) return null;
+  if (secret.value) patch.signing_secret = secret.value;
+  else if (remove.checked) patch.signing_secret = null;
+  return api("PATCH", `/v1/biz-types/${enc(name)}`, patch);
+}
+
+// Asks, then pauses or resumes `name` (PATCH {"paused": ...}, nothing else changes); the
+// saved config, or null if not confirmed.
+export async function setPaused({ name, paused }) {
+  const ok = await confirmDialog({
+    title: paused ? `Pause ${name}?` : `Resume ${name}?`,
+    message:
+      `PATCH /v1/biz-types/${name} {"paused": ${paused}}: ` +
+      (paused ? "no callback goes out until it is resumed." : "its waiting jobs go out, within its rate limit."),
+    confirmLabel: paused ? "Pause" : "Resume",
+  });
+  if (!ok) return null;
+  return api("PATCH", `/v1/biz-types/${enc(name)}`, { paused });
 }
 
 function numberOrNull(value) {

@@ -2,7 +2,7 @@
 // (dead letters, search, bulk actions: biz_jobs.js). And the page that creates one.
 
 import { api, enc } from "./api.js";
-import { bodyOf, configForm, putBizType } from "./biz_config.js";
+import { configForm, createBizType, saveBizType, setPaused } from "./biz_config.js";
 import { deadLettersSection, searchSection } from "./biz_jobs.js";
 import { fmtCount, fmtTime, h, replaceChildren, showError } from "./dom.js";
 import { rateLimitText } from "./overview.js";
@@ -71,23 +71,16 @@ export async function bizTypeView(main, [name], life) {
     replaceChildren(formSlot, configForm(config, save));
   };
 
-  const saveWith = async (body, title, confirmLabel) => {
+  const saveWith = async (write) => {
     try {
-      const saved = await putBizType({ name, body, stored: config, title, confirmLabel });
+      const saved = await write();
       if (saved) show(saved);
     } catch (error) {
       showError(error);
     }
   };
-  const save = (_name, body) => saveWith(body, `Save the config of ${name}?`, "Save");
-  toggle.addEventListener("click", () => {
-    const pausing = !config.paused;
-    saveWith(
-      { ...bodyOf(config), paused: pausing },
-      pausing ? `Pause ${name}? No callback goes out until it is resumed.` : `Resume ${name}?`,
-      pausing ? "Pause" : "Resume",
-    );
-  });
+  const save = (_name, body) => saveWith(() => saveBizType({ name, body, stored: config }));
+  toggle.addEventListener("click", () => saveWith(() => setPaused({ name, paused: !config.paused })));
 
   const deadLetters = deadLettersSection(name, () => search.reload());
   const search = searchSection(name, () => deadLetters.reload());
@@ -124,7 +117,7 @@ export async function bizTypeView(main, [name], life) {
 export async function newBizTypeView(main) {
   const create = async (name, body) => {
     try {
-      const saved = await putBizType({ name, body, stored: null, title: `Create ${name}?`, confirmLabel: "Create" });
+      const saved = await createBizType({ name, body });
       if (saved) window.location.hash = `#/biz/${enc(name)}`;
     } catch (error) {
       showError(error);
