@@ -3,8 +3,8 @@ callback_url=..., burst=...)`), defined once as TypedDicts: `mypy --strict` chec
 name and type at the caller, and `named` refuses a misspelt one at run time (TypeError,
 as Python does for any unknown keyword argument)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Python 3.11 finds `Required` in a TypedDict
+# only in evaluated annotations.
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Required, TypedDict
@@ -72,7 +72,7 @@ class Names:
     known: frozenset[str]
 
     @classmethod
-    def of(cls, fields: type) -> Names:
+    def of(cls, fields: type) -> "Names":
         attrs = vars(fields)  # a TypedDict's key sets, which mypy does not model
         required = frozenset[str](attrs["__required_keys__"])
         return cls(required, required | attrs["__optional_keys__"])

@@ -241,7 +241,7 @@ class Calls:
         limit: int | None,
         cursor: str | None,
     ) -> Call[BulkResult]:
-        if where.biz_type is None:
+        if not where.biz_type:
             raise ValueError("a bulk action needs a biz_type")
         body: Body = {"filter": where.body(), "dry_run": dry_run, **given(limit=limit)}
         body.update(given(cursor=cursor))
