@@ -50,7 +50,12 @@ from timer_service.client.ops_models import (
 )
 from timer_service.client.requests import BATCH_SIZE, Call, Calls, JobFilter
 from timer_service.client.retrying import DEFAULT_RETRY_DEADLINE_S, RetrySettings
-from timer_service.client.session import headers, retrier_for, timeout_for
+from timer_service.client.session import (
+    MAX_CONNECTIONS,
+    headers,
+    retrier_for,
+    timeout_for,
+)
 
 T = TypeVar("T")
 
@@ -76,9 +81,14 @@ class TimerClient:
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._http = httpx.Client(
-            base_url=base_url, headers=headers(token), timeout=timeout_s, transport=transport
+            base_url=base_url,
+            headers=headers(token),
+            timeout=timeout_s,
+            transport=transport,
+            limits=httpx.Limits(max_connections=max_connections),
         )
         self._owns_http = True
         self._timeout_s = timeout_s
@@ -121,7 +131,7 @@ class TimerClient:
                     call.path,
                     json=call.body,
                     params=call.params,
-                    timeout=timeout_for(call, self._timeout_s),
+                    timeout=timeout_for(call, self._timeout_s, self._retry),
                 )
                 return call.outcome(response, attempt)
             except Exception as exc:
