@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -276,3 +278,12 @@ def test_a_misspelt_field_is_a_type_error_before_sending() -> None:
 def test_a_bulk_action_needs_a_biz_type() -> None:
     with FakeServer().client() as client, pytest.raises(ValueError, match="biz_type"):
         client.bulk_cancel("", dry_run=True)
+
+
+def test_the_sdk_reference_lists_every_method() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    section = docs[docs.index("## Python SDK") : docs.index("### Verifying callbacks")]
+    listed = set(re.findall(r"^\| `(\w+)\(", section, re.M))
+    listed |= set(re.findall(r"`(\w+)\([^`]*\)`", section))
+    missing = public_methods(TimerClient) - listed
+    assert not missing, f"docs/api.md, Python SDK, does not list {sorted(missing)}"
