@@ -1,6 +1,6 @@
 """`mypy --strict` on a consumer of the SDK (tests/unit/sdk_consumer.py): it uses every
 public method of both clients and passes, with no `Any` reaching its expressions; copies
-with a misspelt argument, a missing one or a wrong role fail at those lines."""
+with a misspelt argument, a missing one, a wrong role or state fail at those lines."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ MISTAKES = {
     ('await timers.put_biz_type("orders", callback_url="https://orders.internal/cb")',
      'await timers.put_biz_type("orders")'):
         'Missing named argument "callback_url" for "put_biz_type" of "AsyncTimerClient"',
+    ('"orders", state="dead", limit=100', '"orders", state="died", limit=100'):
+        'Argument "state" to "bulk_replay" of "TimerClient" has incompatible type',
     ('create_token("ops", "admin")', 'create_token("ops", "root")'):
         'Argument 2 to "create_token" of "AsyncTimerClient" has incompatible type',
     ('cron="0 3 * * *", timezone="Europe/Berlin", catchup="one"',

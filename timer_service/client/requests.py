@@ -31,6 +31,7 @@ from timer_service.client.models import (
     Job,
     JobPage,
     JobSpec,
+    JobState,
     Schedule,
     SecretRotated,
     When,
@@ -125,7 +126,7 @@ class JobFilter:
     """What `list_jobs` and the bulk actions select: every field given must match."""
 
     biz_type: str | None = None
-    state: str | None = None
+    state: JobState | None = None
     labels: Mapping[str, str] | None = None
     job_id_prefix: str | None = None
     due_after: int | datetime | None = None  # inclusive
