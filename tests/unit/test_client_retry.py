@@ -4,6 +4,7 @@ on a fake clock: nothing here sleeps."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from email.utils import formatdate
@@ -257,3 +258,32 @@ def cases() -> Iterator[tuple[str | None, float | None]]:
 def test_retry_after_header_values(header: str | None, expected: float | None) -> None:
     got = retry_after_s(header, now_s=1_767_225_600.0)
     assert got == expected, f"Retry-After {header!r}: expected {expected}, got {got}"
+
+
+# --- Waiting for a connection --------------------------------------------------------------
+
+
+def test_the_wait_for_a_pooled_connection_is_bounded_by_the_deadline(clock: FakeClock) -> None:
+    server = FakeServer().on("GET", JOB, ok())
+    with sync_client(server, clock, timeout_s=10, retry_deadline_s=90) as client:
+        client.get_job("orders", "order-42")
+    timeout = server.requests[0].extensions["timeout"]
+    assert (timeout["read"], timeout["pool"]) == (10, 90), timeout
+
+
+async def test_the_async_client_has_at_most_max_connections_calls_out() -> None:
+    out, most = 0, 0
+
+    async def slow_ok(request: httpx.Request) -> httpx.Response:
+        nonlocal out, most
+        out += 1
+        most = max(most, out)
+        for _ in range(5):
+            await asyncio.sleep(0)  # let the other calls run meanwhile
+        out -= 1
+        return ok()
+
+    transport = httpx.MockTransport(slow_ok)
+    async with AsyncTimerClient(BASE_URL, transport=transport, max_connections=3) as client:
+        jobs = await asyncio.gather(*(client.get_job("orders", "order-42") for _ in range(20)))
+    assert len(jobs) == 20 and most == 3, f"expected at most 3 calls out at once, saw {most}"
