@@ -29,7 +29,7 @@ SERVER_MODULES = (
     "aiormq", "pamqp", "aiohttp", "croniter", "prometheus_client", "pydantic_settings",
     "dotenv", "secantus", "wiredtiger", "daemon", "broker",
 )  # fmt: skip
-SDK_DEPENDENCIES = {"httpx", "pydantic", "tenacity"}
+SDK_DEPENDENCIES = {"httpx", "pydantic"}
 SERVER_DISTRIBUTIONS = {
     "pymongo", "aio-pika", "fastapi", "starlette", "uvicorn", "aiohttp", "croniter",
     "prometheus-client", "pydantic-settings", "secantusdb", "callback-timer-service",

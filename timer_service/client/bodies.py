@@ -5,18 +5,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TypeAlias
 
 from pydantic import BaseModel
 
-from timer_service.client.models import UNCHANGED
+from timer_service.client.models import UNCHANGED, JobSpec, When
+
+Body: TypeAlias = dict[str, object]
 
 
 def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
-def to_epoch_ms(when: int | str | datetime) -> int | str:
+def to_epoch_ms(when: When) -> int | str:
     """Epoch ms and RFC 3339 strings pass through; an aware datetime becomes epoch ms."""
     if not isinstance(when, datetime):
         return when
@@ -25,17 +27,25 @@ def to_epoch_ms(when: int | str | datetime) -> int | str:
     return round(when.timestamp() * 1000)
 
 
-def plain(value: Any) -> Any:
-    """A value as JSON carries it: models dumped, datetimes in epoch ms."""
+def plain(value: object) -> object:
+    """A value as JSON carries it: models dumped, datetimes in epoch ms, mappings copied."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, datetime):
         return to_epoch_ms(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
     return value
 
 
-def plain_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: plain(value) for key, value in fields.items()}
+def given(**fields: object) -> Body:
+    """The fields given: None means "not given" (a PUT's absent field takes its default)."""
+    return {key: plain(value) for key, value in fields.items() if value is not None}
+
+
+def patched(**fields: object) -> Body:
+    """A JSON Merge Patch: UNCHANGED fields are left out, None is sent (resets to default)."""
+    return {key: plain(value) for key, value in fields.items() if value is not UNCHANGED}
 
 
 def exactly_one_time(due_at: object, delay_ms: object) -> None:
@@ -43,43 +53,35 @@ def exactly_one_time(due_at: object, delay_ms: object) -> None:
         raise ValueError("give exactly one of due_at and delay_ms")
 
 
-def create_body(
-    biz_type: str,
-    due_at: int | str | datetime | None,
-    delay_ms: int | None,
-    payload: Any,
-    job_id: str | None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"biz_type": biz_type, "job_id": job_id or new_job_id()}
-    if due_at is not None:
-        body["due_at"] = to_epoch_ms(due_at)
-    if delay_ms is not None:
-        body["delay_ms"] = delay_ms
-    if payload is not None:
-        body["payload"] = payload
-    return body
+def create_body(spec: JobSpec) -> Body:
+    """A create's body, with a `job_id` generated when none is given: a create is then
+    idempotent, so a retry after a lost answer creates nothing twice."""
+    exactly_one_time(spec.due_at, spec.delay_ms)
+    return {
+        "biz_type": spec.biz_type,
+        "job_id": spec.job_id or new_job_id(),
+        **given(
+            due_at=None if spec.due_at is None else to_epoch_ms(spec.due_at),
+            delay_ms=spec.delay_ms,
+            payload=spec.payload,
+            labels=spec.labels,
+            window_ms=spec.window_ms,
+        ),
+    }
 
 
-def batch_item(item: Mapping[str, Any] | Any) -> dict[str, Any]:
-    """One item of `jobs:batch` from a dict, a `JobSpec` or any object with its fields."""
+def batch_item(item: JobSpec | Mapping[str, object]) -> Body:
+    """One item of `jobs:batch` from a `JobSpec` or a dict of its fields."""
     if isinstance(item, Mapping):
-        body = plain_fields(item)
+        body = {str(key): plain(value) for key, value in item.items()}
         body["job_id"] = body.get("job_id") or new_job_id()
         return body
-    return create_body(
-        item.biz_type,
-        getattr(item, "due_at", None),
-        getattr(item, "delay_ms", None),
-        getattr(item, "payload", None),
-        getattr(item, "job_id", None),
-    )
+    return create_body(item)
 
 
-def reschedule_body(
-    due_at: int | str | datetime | None, delay_ms: int | None, payload: Any
-) -> dict[str, Any]:
+def reschedule_body(due_at: When | None, delay_ms: int | None, payload: object) -> Body:
     exactly_one_time(due_at, delay_ms)
-    body: dict[str, Any] = {"due_at": to_epoch_ms(due_at)} if due_at is not None else {}
+    body: Body = {"due_at": to_epoch_ms(due_at)} if due_at is not None else {}
     if delay_ms is not None:
         body["delay_ms"] = delay_ms
     if payload is not UNCHANGED:

@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    JsonValue,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+JobState = Literal["pending", "dispatched", "delivered", "dead", "cancelled"]
+When = int | str | datetime
+"""A time as the API reads it: epoch ms, an RFC 3339 string with offset, or an aware
+datetime (sent as epoch ms)."""
 
 
 class _Resource(BaseModel):
     # extra="allow": the contract lets the server add fields; keep them rather than fail.
     model_config = ConfigDict(extra="allow", frozen=True)
+    # Fields newer than some servers: dumped only when the server sent them, so that a
+    # dump says what the server said (the CLI prints these dumps).
+    OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _as_sent(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, object]:
+        dumped: dict[str, object] = handler(self)
+        for name in self.OPTIONAL_FIELDS - self.model_fields_set:
+            dumped.pop(name, None)
+        return dumped
 
 
 class Attempt(_Resource):
@@ -27,7 +52,7 @@ class Job(_Resource):
     biz_type: str
     job_id: str
     due_at: int
-    payload: Any = None
+    payload: JsonValue = None
     state: str
     attempts: int = 0
     next_attempt_at: int | None = None
@@ -37,6 +62,11 @@ class Job(_Resource):
     last_error: str | None = None
     history: tuple[Attempt, ...] = ()
     labels: dict[str, str] = {}
+    OPTIONAL_FIELDS = frozenset({"window_ms", "fire_at"})
+    # Flexible windows (docs/api.md, "Load calendar and flexible windows"): absent from
+    # servers that predate them.
+    window_ms: int | None = None
+    fire_at: int | None = None
 
 
 class RetryPolicy(_Resource):
@@ -55,7 +85,27 @@ class BizTypeConfig(_Resource):
     timeout_ms: int = 10_000
     retry: RetryPolicy = RetryPolicy()
     has_signing_secret: bool = False
+    OPTIONAL_FIELDS = frozenset(
+        {
+            "signing_secret_rotating_until",
+            "registration_rate_per_s",
+            "registration_burst",
+            "created_at",
+            "updated_at",
+        }
+    )
+    signing_secret_rotating_until: int | None = None
     paused: bool = False
+    registration_rate_per_s: float | None = None
+    registration_burst: int | None = None
+    created_at: int | None = None
+    updated_at: int | None = None
+
+
+class SecretRotated(BizTypeConfig):
+    """A biz type's config after a secret rotation, with the new secret: shown this once."""
+
+    signing_secret: str
 
 
 class Schedule(_Resource):
@@ -65,7 +115,7 @@ class Schedule(_Resource):
     timezone: str | None = None
     intervals_ms: tuple[int, ...] | None = None
     cycle: bool | None = None
-    payload: Any = None
+    payload: JsonValue = None
     start_at: int | None = None
     end_at: int | None = None
     max_runs: int | None = None
@@ -80,7 +130,7 @@ class Schedule(_Resource):
 class BatchItemResult(_Resource):
     status: int
     job: Job | None = None
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,13 +144,16 @@ class JobPage(_Resource):
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """One job to create; `create_jobs` takes these, plain dicts, or look-alike objects."""
+    """One job to create; `create_jobs` takes these or plain dicts of the same fields.
+    `payload` is any JSON value; `job_id` is generated when absent (so a resend is safe)."""
 
     biz_type: str
-    due_at: int | str | datetime | None = None
+    due_at: When | None = None
     delay_ms: int | None = None
-    payload: Any = None
+    payload: object = None
     job_id: str | None = None
+    labels: Mapping[str, str] | None = None
+    window_ms: int | None = None
 
 
 class _Unchanged(Enum):
@@ -108,4 +161,6 @@ class _Unchanged(Enum):
 
 
 UNCHANGED = _Unchanged.UNCHANGED
-"""`reschedule_job(payload=UNCHANGED)` (the default) keeps the job's payload."""
+"""`reschedule_job(payload=UNCHANGED)` (the default) keeps the job's payload; in
+`patch_biz_type`, a field left UNCHANGED is not in the patch (None resets it)."""
+Unchanged = Literal[_Unchanged.UNCHANGED]

@@ -1,31 +1,19 @@
-"""What both clients send with every request, and which failures they try again.
-
-Transport failures (connect errors, timeouts, 502/503/504) are retried with backoff only
-where a repeat is safe (`Call.retry`): see the package's docstring.
-"""
+"""What both clients send with every request, and how long they wait for an answer."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TypeVar
 
 import httpx
-from tenacity import (
-    before_sleep_log,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
 
-from timer_service.client.errors import ServerError
 from timer_service.client.requests import Call
+from timer_service.client.retrying import Retrier, RetrySettings
 
-log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-RETRIED_STATUSES = frozenset({502, 503, 504})
-MAX_BACKOFF_S = 5.0
-
+MAX_CONNECTIONS = 100  # httpx's default pool size
 
 # The SDK ships alone (clients/python) and inside the service, whose CLI uses it.
 DISTRIBUTIONS = ("callback-timer-service-sdk", "callback-timer-service")
@@ -52,23 +40,13 @@ def headers(token: str | None) -> dict[str, str]:
     return sent
 
 
-def timeout_for(call: Call[Any], timeout_s: float) -> float:
-    """The call's timeout: the client's, plus what a batch needs for its items."""
-    return timeout_s + call.extra_timeout_s
+def timeout_for(call: Call[T], timeout_s: float, settings: RetrySettings) -> httpx.Timeout:
+    """The call's timeout: the client's, plus what a batch needs for its items. Waiting
+    for a free connection of the client's pool is bounded by the retry deadline instead:
+    a burst of calls through one client queues there, and that wait is the caller's."""
+    each_s = timeout_s + call.extra_timeout_s
+    return httpx.Timeout(each_s, pool=max(each_s, settings.deadline_s))
 
 
-def transient(exc: BaseException) -> bool:
-    if isinstance(exc, ServerError):
-        return exc.status in RETRIED_STATUSES
-    return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.UnsupportedProtocol)
-
-
-def retry_options(call: Call[Any], max_attempts: int, backoff_s: float) -> dict[str, Any]:
-    """Keyword arguments of tenacity's `Retrying` / `AsyncRetrying` for one call."""
-    return {
-        "retry": retry_if_exception(transient),
-        "stop": stop_after_attempt(max_attempts if call.retry else 1),
-        "wait": wait_random_exponential(multiplier=backoff_s, max=MAX_BACKOFF_S),
-        "before_sleep": before_sleep_log(log, logging.WARNING),
-        "reraise": True,
-    }
+def retrier_for(call: Call[T], settings: RetrySettings, clock: Callable[[], float]) -> Retrier:
+    return Retrier(call.idempotent, f"{call.method} {call.path}", settings, clock)
