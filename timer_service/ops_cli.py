@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
@@ -32,8 +31,7 @@ from timer_service.client import (
     TimerApiError,
     TimerClient,
 )
-from timer_service.client.errors import error_for
-from timer_service.client.requests import Call
+from timer_service.client.requests import Calls
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 JOB_STATES = ("pending", "dispatched", "delivered", "dead", "cancelled")
@@ -112,25 +110,14 @@ class LabelAction(argparse.Action):
 
 
 def _create_job(client: TimerClient, args: argparse.Namespace) -> Result:
-    if args.labels:
-        return _create_labelled_job(client, args)
     return client.create_job(
         args.biz_type,
         job_id=args.job_id,
         due_at=args.due_at,
         delay_ms=args.delay_ms,
         payload=args.payload,
+        labels=args.labels or None,
     )
-
-
-def _create_labelled_job(client: TimerClient, args: argparse.Namespace) -> Result:
-    """A batch of one: the SDK's `create_job` takes no labels yet, its batch items do."""
-    item = {"biz_type": args.biz_type, "payload": args.payload, "labels": args.labels}
-    item |= {"job_id": args.job_id, "due_at": args.due_at, "delay_ms": args.delay_ms}
-    [result] = client.create_jobs([{k: v for k, v in item.items() if v is not None}])
-    if result.job is None:
-        raise error_for(result.status, result.error or {"status": result.status})
-    return result.job
 
 
 def _get_job(client: TimerClient, args: argparse.Namespace) -> Result:
@@ -176,9 +163,7 @@ def patch_biz_type(client: TimerClient, biz_type: str, patch: dict[str, Any]) ->
     """`PATCH /v1/biz-types/{biz_type}`, a JSON Merge Patch: only the fields it names
     change; the signing secret and the limits stay as stored. Sent through the client's
     own retrying call (a merge patch is idempotent, so a retry is safe)."""
-    path = "/v1/biz-types/" + quote(biz_type, safe="")
-    call = Call("PATCH", path, lambda r: BizTypeConfig.model_validate(r.json()), patch)
-    return client._run(call)
+    return client._run(Calls.patch_biz_type(biz_type, patch))
 
 
 def _patch_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
@@ -186,11 +171,11 @@ def _patch_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
 
 
 def _pause_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
-    return patch_biz_type(client, args.biz_type, {"paused": True})
+    return client.pause_biz_type(args.biz_type)
 
 
 def _resume_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
-    return patch_biz_type(client, args.biz_type, {"paused": False})
+    return client.resume_biz_type(args.biz_type)
 
 
 def _delete_biz_type(client: TimerClient, args: argparse.Namespace) -> Result:
