@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import uuid
+from typing import Protocol
 
 from tenacity import (
     AsyncRetrying,
@@ -38,6 +39,9 @@ from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap, raise_if_cancelling
 from timer_service.settings import Settings
 from timer_service.store.base import Store
+from timer_service.store.ports.biz_types import BizTypesPort
+from timer_service.store.ports.brokers import BrokersPort
+from timer_service.store.ports.outcomes import OutcomesPort
 from timer_service.tracing import NO_TRACING, Tracing, build_tracing
 
 log = logging.getLogger(__name__)
@@ -48,11 +52,25 @@ HEARTBEAT_TTL_MS = int(3 * HEARTBEAT_EVERY_S * 1000)
 DEFAULT_METRICS_PORT = 9102
 
 
+class BrokerPorts(Protocol):
+    """The store as the broker sees it: it reads biz types, heartbeats its holdings
+    and writes send marks and outcomes. Any `Store` is one."""
+
+    @property
+    def biz_types(self) -> BizTypesPort: ...
+
+    @property
+    def brokers(self) -> BrokersPort: ...
+
+    @property
+    def outcomes(self) -> OutcomesPort: ...
+
+
 class Broker:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: BrokerPorts,
         queue: DispatchQueue,
         metrics: Metrics,
         clock: Clock,
@@ -67,8 +85,10 @@ class Broker:
         self._clock = clock
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = Sender(clock, settings.callback_target_policy())
-        self._outcomes = OutcomeWriter(store, metrics, clock)
-        self._marks = MarkWriter(store, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S)
+        self._outcomes = OutcomeWriter(store.outcomes, metrics, clock)
+        self._marks = MarkWriter(
+            store.outcomes, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S
+        )
         self.skew = SkewGuard()
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
@@ -134,7 +154,7 @@ class Broker:
         if self._beating is not None:
             await cancel_and_wait([self._beating], TASK_STOP_TIMEOUT_S, "broker")
         with contextlib.suppress(Exception):
-            await self._store.leases.broker_gone(self.broker_id)
+            await self._store.brokers.broker_gone(self.broker_id)
         log.info("broker stopped", extra={"broker_id": self.broker_id})
 
     @property
@@ -150,7 +170,7 @@ class Broker:
         now = self._clock.now_ms()
         live = {
             beat.broker_id: beat.consuming
-            for beat in await self._store.leases.broker_beats()
+            for beat in await self._store.brokers.broker_beats()
             if beat.left_ms(now) > 0
         }
         todo = plan(self.broker_id, current, set(self._lanes), live)
@@ -177,7 +197,6 @@ class Broker:
     async def _add_lane(self, biz: BizType, handover: bool = False) -> None:
         lane = Lane(
             biz,
-            store=self._store,
             sender=self._sender,
             outcomes=self._outcomes,
             metrics=self._metrics,
@@ -235,7 +254,7 @@ class Broker:
         """Say what this broker holds (see daemon/holders.py) and learn the store's
         clock from the same round trip (broker/skew.py)."""
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
-        store_ms = await self._store.leases.broker_heartbeat(
+        store_ms = await self._store.brokers.broker_heartbeat(
             self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)
         )
         self.skew.observe(self._clock.now_ms(), store_ms)

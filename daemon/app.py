@@ -67,7 +67,7 @@ class Daemon:
         self.clock = clock
         self.holder_id = holder_id or default_holder_id()
         self.claims = claims = Rounds(
-            store.dispatch,
+            store.rounds,
             ClaimTokens(self.holder_id),
             clock,
             metrics,
@@ -91,8 +91,8 @@ class Daemon:
         self._schedules_repaired_ms: int | None = None
         self.scanner = Scanner(
             scan_config or ScanConfig.from_settings(settings),
-            store.dispatch,
-            store.leases,
+            store.scan,
+            store.pointers,
             self.publisher,
             self.lease,
             clock,
@@ -100,8 +100,8 @@ class Daemon:
             claims,
         )
         self.reconciler = Reconciler(
-            store.dispatch,
-            store.leases,
+            store.reconcile,
+            store.brokers,
             self.publisher,
             self.lease,
             clock,
@@ -111,7 +111,7 @@ class Daemon:
             durable_queue=queue.durable,
         )
         self.sweeper = OverdueSweeper(
-            store.dispatch,
+            store.sweep,
             self.lease,
             clock,
             metrics,
@@ -200,7 +200,7 @@ class Daemon:
         term = self.lease.current()
         # Every later dispatch call (scan, claims, sweeps, the watch) covers exactly
         # the partitions this term works.
-        self.store.dispatch.own(None if term is None else term.partitions)
+        self.store.scan.own(None if term is None else term.partitions)
         self.scanner.wake.set()
         self._lease_event.set()
         self._watch_wakeup.set()
@@ -216,7 +216,7 @@ class Daemon:
             for biz in await self.store.biz_types.list_biz_types()
             for state in SAMPLED_STATES
         }
-        for key, count in (await self.store.dispatch.count_jobs(SAMPLED_STATES)).items():
+        for key, count in (await self.store.counts.count_jobs(SAMPLED_STATES)).items():
             counts[key] = count
         if self.leads_partition_zero:
             self.metrics.jobs_by_state(counts)
@@ -277,7 +277,7 @@ class Daemon:
                 await self._watch_wakeup.wait()
                 continue
             try:
-                async for second in self.store.dispatch.watch_seconds(self._stop_watch):
+                async for second in self.store.scan.watch_seconds(self._stop_watch):
                     self.scanner.nudge(second)
                     delay_s = 0.5
                     if not self.lease.is_leader:

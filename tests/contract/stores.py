@@ -44,7 +44,7 @@ async def create(store: Store, *jobs: NewJob, now: int = NOW) -> list[Any]:
 
 
 async def claim_second(store: Store, second: int, claim: str = "c1", fence: int = 1):
-    return await store.dispatch.claim_due(second, second * 1000 + 999, claim, fence, NOW)
+    return await store.scan.claim_due(second, second * 1000 + 999, claim, fence, NOW)
 
 
 def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:

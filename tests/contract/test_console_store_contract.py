@@ -150,7 +150,7 @@ async def test_apply_changes_replays_and_cancels_under_their_guards(store: Store
     again = await store.console.apply_changes(stale, later + 1)
     assert again == [], f"a change decided on a stale read must miss, got {again}"
     # A claim for the replayed jobs' second finds them (they are indexed there).
-    claimed = await store.dispatch.claim_due(second_of(later), later, "again", 2, later)
+    claimed = await store.scan.claim_due(second_of(later), later, "again", 2, later)
     assert sorted(f"{c.biz_type}/{c.job_id}" for c in claimed) == sorted(j.key for j in dead)
 
     pending, _ = await store.console.search_jobs(

@@ -73,52 +73,52 @@ async def test_a_lease_set_is_taken_renewed_and_released_under_one_fence(store: 
 async def test_pointers_of_several_partitions_are_saved_at_once_and_fenced(
     store: Store,
 ) -> None:
-    assert await store.leases.load_pointers(["p0", "p1"]) == {}
-    assert await store.leases.save_pointers(["p0", "p1"], 100, 5) is True
-    assert await store.leases.load_pointers(["p0", "p1", "p2"]) == {"p0": 100, "p1": 100}
-    assert await store.leases.save_pointers(["p1", "p2"], 90, 4) is False
-    assert (await store.leases.load_pointers(["p1"]))["p1"] == 100
-    assert await store.leases.save_pointers(["p1", "p2"], 110, 6) is True
-    assert await store.leases.load_pointers(["p0", "p1", "p2"]) == {
+    assert await store.pointers.load_pointers(["p0", "p1"]) == {}
+    assert await store.pointers.save_pointers(["p0", "p1"], 100, 5) is True
+    assert await store.pointers.load_pointers(["p0", "p1", "p2"]) == {"p0": 100, "p1": 100}
+    assert await store.pointers.save_pointers(["p1", "p2"], 90, 4) is False
+    assert (await store.pointers.load_pointers(["p1"]))["p1"] == 100
+    assert await store.pointers.save_pointers(["p1", "p2"], 110, 6) is True
+    assert await store.pointers.load_pointers(["p0", "p1", "p2"]) == {
         "p0": 100,
         "p1": 110,
         "p2": 110,
     }
 
 
-# -- dispatch scoped to partitions ----------------------------------------------------------
+# -- the daemon's ports scoped to partitions ------------------------------------------------
 
 
-async def test_dispatch_sees_only_the_owned_partitions(partitioned: Store) -> None:
+async def test_the_daemon_ports_see_only_the_owned_partitions(partitioned: Store) -> None:
     due = NOW + 5000
     ids = [f"j{i}" for i in range(24)]
     await create(partitioned, *(new(j, due) for j in ids))
     by_part = {p: sorted(j for j in ids if partition_of(f"orders/{j}", P) == p) for p in range(P)}
     assert all(by_part.values()), f"24 jobs should reach all {P} partitions: {by_part}"
     second = second_of(due)
-    dispatch = partitioned.dispatch
+    scan = partitioned.scan
 
-    (everything,) = await dispatch.next_seconds(second, second, 10)
+    (everything,) = await scan.next_seconds(second, second, 10)
     assert everything.second == second and len(everything.partition_versions()) == P
 
-    dispatch.own([1, 2])
-    (mine,) = await dispatch.next_seconds(second, second, 10)
+    scan.own([1, 2])
+    (mine,) = await scan.next_seconds(second, second, 10)
     assert [p for p, _ in mine.partition_versions()] == [1, 2]
-    loaded = sorted(k.split("/")[1] for k, _ in await dispatch.load_second(second, 1))
+    loaded = sorted(k.split("/")[1] for k, _ in await scan.load_second(second, 1))
     assert loaded == sorted(by_part[1] + by_part[2])
-    claimed = await dispatch.claim_due(second, due, "c1", 1, NOW)
+    claimed = await scan.claim_due(second, due, "c1", 1, NOW)
     assert sorted(c.job_id for c in claimed) == loaded
-    assert await dispatch.release_second(mine, 1) is True
-    assert await dispatch.next_seconds(second, second, 10) == []
+    assert await scan.release_second(mine, 1) is True
+    assert await scan.next_seconds(second, second, 10) == []
 
-    dispatch.own(None)
-    (rest,) = await dispatch.next_seconds(second, second, 10)
+    scan.own(None)
+    (rest,) = await scan.next_seconds(second, second, 10)
     assert [p for p, _ in rest.partition_versions()] == [0, 3]
-    overdue = await dispatch.find_overdue_pending(due + 1, 100)
+    overdue = await partitioned.sweep.find_overdue_pending(due + 1, 100)
     assert overdue == [second]
-    dispatch.own([1])
-    assert await dispatch.find_overdue_pending(due + 1, 100) == []
-    stale = await dispatch.find_stale_dispatched(NOW + 1, 100)
+    scan.own([1])
+    assert await partitioned.sweep.find_overdue_pending(due + 1, 100) == []
+    stale = await partitioned.reconcile.find_stale_dispatched(NOW + 1, 100)
     assert sorted(j.job_id for j in stale) == by_part[1]
 
 
@@ -128,9 +128,9 @@ async def test_a_release_misses_when_any_owned_partition_was_written_since(
     due = NOW + 5000
     second = second_of(due)
     await create(partitioned, *(new(f"j{i}", due) for i in range(24)))
-    (entry,) = await partitioned.dispatch.next_seconds(second, second, 10)
+    (entry,) = await partitioned.scan.next_seconds(second, second, 10)
     later = next(f"k{i}" for i in range(100) if partition_of(f"orders/k{i}", P) == 2)
     await create(partitioned, new(later, due))
-    assert await partitioned.dispatch.release_second(entry, 1) is False
-    (left,) = await partitioned.dispatch.next_seconds(second, second, 10)
+    assert await partitioned.scan.release_second(entry, 1) is False
+    (left,) = await partitioned.scan.next_seconds(second, second, 10)
     assert [p for p, _ in left.partition_versions()] == [2], "only the bumped entry stays"

@@ -77,7 +77,7 @@ async def test_concurrent_creates_leave_one_job(store: Store) -> None:
     assert statuses.count(CreateStatus.EXISTS) == 49, statuses
     jobs, _ = await list_jobs(store, "orders", None, 100, None)
     assert [j.job_id for j in jobs] == ["same"]
-    entries = await store.dispatch.next_seconds(0, 10**12, 10)
+    entries = await store.scan.next_seconds(0, 10**12, 10)
     assert [e.second for e in entries] == [second_of(NOW + 5000)]
 
 
@@ -95,7 +95,7 @@ async def test_cancel(store: Store) -> None:
     assert (await store.jobs.cancel_job("orders", "a", NOW + 2)).state == JobState.CANCELLED
     with pytest.raises(NotFound):
         await store.jobs.cancel_job("orders", "nope", NOW)
-    assert await store.dispatch.load_second(second_of(NOW + 5000), 1) == []
+    assert await store.scan.load_second(second_of(NOW + 5000), 1) == []
 
 
 async def test_reschedule_moves_to_the_new_second(store: Store) -> None:
@@ -105,12 +105,10 @@ async def test_reschedule_moves_to_the_new_second(store: Store) -> None:
         assert job.due_at == target and job.next_attempt_at == target and job.payload == "p2"
         got = await store.jobs.get_job("orders", "a")
         assert got is not None and got.next_attempt_at == target and got.payload == "p2"
-        assert [k for k, _ in await store.dispatch.load_second(second_of(target), 1)] == [
-            "orders/a"
-        ]
-    assert await store.dispatch.load_second(second_of(NOW + 5000), 1) == []
-    assert await store.dispatch.load_second(second_of(NOW + 65_000), 1) == []
-    seconds = [e.second for e in await store.dispatch.next_seconds(0, 10**12, 10)]
+        assert [k for k, _ in await store.scan.load_second(second_of(target), 1)] == ["orders/a"]
+    assert await store.scan.load_second(second_of(NOW + 5000), 1) == []
+    assert await store.scan.load_second(second_of(NOW + 65_000), 1) == []
+    seconds = [e.second for e in await store.scan.next_seconds(0, 10**12, 10)]
     assert second_of(NOW + 7000) in seconds
 
 
@@ -137,9 +135,7 @@ async def test_replay_dead_job(store: Store) -> None:
     assert job.budget_base == 1 and job.attempts == 1 and len(job.history) == 1
     got = await store.jobs.get_job("orders", "a")
     assert got is not None and got.state == JobState.PENDING
-    assert [k for k, _ in await store.dispatch.load_second(second_of(NOW + 20_000), 1)] == [
-        "orders/a"
-    ]
+    assert [k for k, _ in await store.scan.load_second(second_of(NOW + 20_000), 1)] == ["orders/a"]
     again = await store.jobs.replay_job("orders", "a", NOW + 21_000)  # a retried replay
     assert again.next_attempt_at == NOW + 20_000, "a retried replay changed the job"
 
@@ -215,30 +211,30 @@ async def test_list_by_state_with_most_jobs_in_one_bucket(store: Store) -> None:
 async def test_seconds_index_and_conditional_release(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a", due_at=NOW + 5000), new("b", due_at=NOW + 8000))
-    entries = await store.dispatch.next_seconds(s, s + 10, 10)
+    entries = await store.scan.next_seconds(s, s + 10, 10)
     assert [e.second for e in entries] == [s, s + 3]
-    assert await store.dispatch.next_seconds(s + 1, s + 2, 10) == []
+    assert await store.scan.next_seconds(s + 1, s + 2, 10) == []
     entry = entries[0]
-    assert [k for k, _ in await store.dispatch.load_second(s, 1)] == ["orders/a"]
+    assert [k for k, _ in await store.scan.load_second(s, 1)] == ["orders/a"]
     await create(store, new("late", due_at=NOW + 5500))  # written after the daemon read v
-    assert await store.dispatch.release_second(entry, 1) is False  # so the delete misses
-    [fresh] = await store.dispatch.next_seconds(s, s, 1)
+    assert await store.scan.release_second(entry, 1) is False  # so the delete misses
+    [fresh] = await store.scan.next_seconds(s, s, 1)
     assert fresh.version != entry.version
     await claim_second(store, s)
-    assert await store.dispatch.release_second(fresh, 1) is True
-    assert [e.second for e in await store.dispatch.next_seconds(s, s + 10, 10)] == [s + 3]
-    assert await store.dispatch.release_second(SecondEntry(s, "gone"), 1) is True  # already gone
+    assert await store.scan.release_second(fresh, 1) is True
+    assert [e.second for e in await store.scan.next_seconds(s, s + 10, 10)] == [s + 3]
+    assert await store.scan.release_second(SecondEntry(s, "gone"), 1) is True  # already gone
 
 
 async def test_claim_is_conditional_and_fenced(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a", due_at=NOW + 5100), new("b", due_at=NOW + 5900))
-    first = await store.dispatch.claim_due(s, NOW + 5500, "c1", 2, NOW)
+    first = await store.scan.claim_due(s, NOW + 5500, "c1", 2, NOW)
     assert [(c.job_id, c.attempt, c.claim, c.next_attempt_at) for c in first] == [
         ("a", 1, "c1", NOW + 5100)
     ]
-    assert await store.dispatch.claim_due(s, NOW + 5500, "c2", 2, NOW) == []  # nothing pending left
-    assert await store.dispatch.claim_due(s, NOW + 5999, "c3", 1, NOW) != []  # b never claimed: ok
+    assert await store.scan.claim_due(s, NOW + 5500, "c2", 2, NOW) == []  # nothing pending left
+    assert await store.scan.claim_due(s, NOW + 5999, "c3", 1, NOW) != []  # b never claimed: ok
     job = await store.jobs.get_job("orders", "a")
     assert job is not None and job.state == JobState.DISPATCHED and job.fence == 2
 
@@ -255,7 +251,7 @@ async def test_a_bounded_claim_takes_the_earliest_and_leaves_the_rest(store: Sto
     )
 
     async def claim(name: str, limit: int | None) -> list[str]:
-        got = await store.dispatch.claim_due(s, NOW + 5999, name, 1, NOW, limit)
+        got = await store.scan.claim_due(s, NOW + 5999, name, 1, NOW, limit)
         return sorted(c.job_id for c in got)
 
     assert await claim("c1", 3) == ["first", "t0", "t1"]
@@ -269,14 +265,14 @@ async def test_a_bounded_claim_takes_the_earliest_and_leaves_the_rest(store: Sto
 async def test_stale_dispatched_and_reclaim(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), new("b"))
-    claimed = await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
-    stale = await store.dispatch.find_stale_dispatched(NOW + 1, 100)
+    claimed = await store.scan.claim_due(s, NOW + 6000, "c1", 1, NOW)
+    stale = await store.reconcile.find_stale_dispatched(NOW + 1, 100)
     assert sorted(j.job_id for j in stale) == ["a", "b"]
-    assert await store.dispatch.find_stale_dispatched(NOW, 100) == []
-    again = await store.dispatch.reclaim(stale, "c2", 1, NOW + 10)
+    assert await store.reconcile.find_stale_dispatched(NOW, 100) == []
+    again = await store.reconcile.reclaim(stale, "c2", 1, NOW + 10)
     assert sorted(c.job_id for c in again) == ["a", "b"] and {c.claim for c in again} == {"c2"}
     assert (
-        await store.dispatch.reclaim(stale, "c3", 1, NOW + 20) == []
+        await store.reconcile.reclaim(stale, "c3", 1, NOW + 20) == []
     )  # old claim no longer matches
     old_refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
     assert await store.outcomes.start_sending(old_refs, "t", NOW + 30) == {}  # stale: dropped
@@ -285,22 +281,22 @@ async def test_stale_dispatched_and_reclaim(store: Store) -> None:
 async def test_stale_dispatched_filters_and_orders_by_claim_time(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"), NewJob("held", "b", NOW + 5000, encode_payload(None)))
-    await store.dispatch.claim_due(s, NOW + 6000, "c1", 1, NOW)
+    await store.scan.claim_due(s, NOW + 6000, "c1", 1, NOW)
     await create(store, new("c"))
-    await store.dispatch.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)
+    await store.scan.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)
 
     def ids(jobs: list[Job]) -> list[str]:
         return [j.job_id for j in jobs]
 
-    found = ids(await store.dispatch.find_stale_dispatched(NOW + 10, 100))
+    found = ids(await store.reconcile.find_stale_dispatched(NOW + 10, 100))
     assert found[-1] == "c" and sorted(found) == ["a", "b", "c"]  # oldest claim first
     held_back = {"held": NOW}  # a live broker holds what of "held" was claimed from NOW on
-    skipped = await store.dispatch.find_stale_dispatched(
+    skipped = await store.reconcile.find_stale_dispatched(
         NOW + 10, 100, claimed_before_by_biz=held_back
     )
     assert ids(skipped)[-1] == "c" and sorted(ids(skipped)) == ["a", "c"]  # oldest first
     assert ids(
-        await store.dispatch.find_stale_dispatched(NOW + 10, 1, claimed_before_by_biz=held_back)
+        await store.reconcile.find_stale_dispatched(NOW + 10, 1, claimed_before_by_biz=held_back)
     ) == ["a"]
 
 
@@ -308,7 +304,7 @@ async def test_watch_yields_bumped_seconds(store: Store) -> None:
     seen: list[int] = []
 
     async def watch() -> None:
-        async for s in store.dispatch.watch_seconds():
+        async for s in store.scan.watch_seconds():
             seen.append(s)
             return
 
@@ -348,9 +344,7 @@ async def test_outcomes_delivered_retry_dead(store: Store) -> None:
     assert retry is not None and retry.state == JobState.PENDING
     assert retry.next_attempt_at == retry_at and retry.attempts == 1 and retry.due_at == NOW + 5000
     assert retry.last_error == "HTTP 503"
-    assert [k for k, _ in await store.dispatch.load_second(second_of(retry_at), 1)] == [
-        "orders/retry"
-    ]
+    assert [k for k, _ in await store.scan.load_second(second_of(retry_at), 1)] == ["orders/retry"]
     [again] = await claim_second(store, second_of(retry_at), "c2")
     assert again.attempt == 2 and again.due_at == NOW + 5000
 
@@ -371,13 +365,13 @@ async def test_count_jobs_per_biz_type_and_state(store: Store) -> None:
         NOW + 5010,
     )
     open_states = [JobState.PENDING, JobState.DISPATCHED, JobState.DEAD]
-    assert await store.dispatch.count_jobs(open_states) == {
+    assert await store.counts.count_jobs(open_states) == {
         ("orders", JobState.PENDING): 1,
         ("orders", JobState.DISPATCHED): 1,
         ("orders", JobState.DEAD): 1,
         ("billing", JobState.PENDING): 1,
     }
-    assert await store.dispatch.count_jobs([JobState.CANCELLED]) == {
+    assert await store.counts.count_jobs([JobState.CANCELLED]) == {
         ("orders", JobState.CANCELLED): 1
     }
 
@@ -427,7 +421,7 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
     assert cancelled is not None and cancelled.state == JobState.CANCELLED
     assert cancelled.attempts == 1
     loaded = {
-        k for at in retry_at.values() for k, _ in await store.dispatch.load_second(second_of(at), 1)
+        k for at in retry_at.values() for k, _ in await store.scan.load_second(second_of(at), 1)
     }
     expected = {f"orders/r{i:03}" for i in range(240) if i != 7}
     assert loaded == expected
@@ -436,33 +430,38 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
         assert job is not None and job.state == JobState.PENDING and job.attempts == 1
         assert job.next_attempt_at == retry_at[i % 3 % 2]
     for first in firsts:
-        assert await store.dispatch.load_second(second_of(first), 1) == []
+        assert await store.scan.load_second(second_of(first), 1) == []
 
 
 # -- lease, pointer, brokers ------------------------------------------------------------
 
 
 async def test_lease_takeover_increases_fence(store: Store) -> None:
-    t1 = await store.leases.acquire_lease("daemon-p0", "d1", 1000, NOW)
-    assert t1 is not None
-    assert await store.leases.acquire_lease("daemon-p0", "d2", 1000, NOW + 500) is None
-    assert await store.leases.acquire_lease("daemon-p0", "d1", 1000, NOW + 500) == t1
-    assert await store.leases.renew_lease("daemon-p0", "d1", t1, 1000, NOW + 900) is True
-    t2 = await store.leases.acquire_lease("daemon-p0", "d2", 1000, NOW + 2000)
-    assert t2 is not None and t2 > t1
-    assert await store.leases.renew_lease("daemon-p0", "d1", t1, 1000, NOW + 2001) is False
-    await store.leases.release_lease("daemon-p0", "d2", t2)
-    t3 = await store.leases.acquire_lease("daemon-p0", "d1", 1000, NOW + 2002)
-    assert t3 is not None and t3 > t2
+    leases, name = store.leases, ["daemon-p0"]
+    t1 = await leases.next_fence(0)
+    assert await leases.acquire_leases(name, "d1", t1, 1000, NOW) == name
+    t_other = await leases.next_fence(t1)
+    assert await leases.acquire_leases(name, "d2", t_other, 1000, NOW + 500) == []
+    assert await leases.acquire_leases(name, "d1", t1, 1000, NOW + 500) == name
+    assert await leases.renew_leases(name, "d1", t1, 1000, NOW + 900) == name
+    t2 = await leases.next_fence(t_other)
+    assert t2 > t1
+    assert await leases.acquire_leases(name, "d2", t2, 1000, NOW + 2000) == name
+    assert await leases.renew_leases(name, "d1", t1, 1000, NOW + 2001) == []
+    await leases.release_leases(name, "d2", t2)
+    t3 = await leases.next_fence(t2)
+    assert t3 > t2
+    assert await leases.acquire_leases(name, "d1", t3, 1000, NOW + 2002) == name
 
 
 async def test_pointer_is_fenced(store: Store) -> None:
-    assert await store.leases.load_pointer("p0") is None
-    assert await store.leases.save_pointer("p0", 100, 2) is True
-    assert await store.leases.save_pointer("p0", 90, 1) is False
-    assert await store.leases.load_pointer("p0") == 100
-    assert await store.leases.save_pointer("p0", 101, 3) is True
-    assert await store.leases.load_pointer("p0") == 101
+    pointers, p0 = store.pointers, ["p0"]
+    assert await pointers.load_pointers(p0) == {}
+    assert await pointers.save_pointers(p0, 100, 2) is True
+    assert await pointers.save_pointers(p0, 90, 1) is False
+    assert await pointers.load_pointers(p0) == {"p0": 100}
+    assert await pointers.save_pointers(p0, 101, 3) is True
+    assert await pointers.load_pointers(p0) == {"p0": 101}
 
 
 async def test_a_foreign_cursor_stays_within_the_biz_type(store: Store) -> None:

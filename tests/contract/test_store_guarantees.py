@@ -18,9 +18,9 @@ from timer_service.store.base import Store
 
 async def drop_entry(store: Store, second: int) -> None:
     """What a crash between a job's write and its entry's renewal leaves behind."""
-    [entry] = await store.dispatch.next_seconds(second, second, 1)
-    assert await store.dispatch.release_second(entry, 1) is True
-    assert await store.dispatch.next_seconds(second, second, 1) == []
+    [entry] = await store.scan.next_seconds(second, second, 1)
+    assert await store.scan.release_second(entry, 1) is True
+    assert await store.scan.next_seconds(second, second, 1) == []
 
 
 async def test_a_retry_into_the_same_bucket_is_indexed(store: Store) -> None:
@@ -31,9 +31,9 @@ async def test_a_retry_into_the_same_bucket_is_indexed(store: Store) -> None:
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
     failed = Outcome(ref, OutcomeKind.RETRY, attempt(1, status=503), retry_at)
     await store.outcomes.record_outcomes([failed], NOW + 5000)
-    entries = await store.dispatch.next_seconds(second_of(retry_at), second_of(retry_at), 1)
+    entries = await store.scan.next_seconds(second_of(retry_at), second_of(retry_at), 1)
     assert [e.second for e in entries] == [second_of(retry_at)], "the retry's second is unindexed"
-    loaded = await store.dispatch.load_second(second_of(retry_at), 1)
+    loaded = await store.scan.load_second(second_of(retry_at), 1)
     assert [k for k, _ in loaded] == ["orders/a"]
 
 
@@ -43,42 +43,42 @@ async def test_a_repeated_create_of_a_pending_job_renews_its_entry(store: Store)
     [again] = await create(store, new("a"), now=NOW + 10)
     assert again.status == CreateStatus.EXISTS
     s = second_of(NOW + 5000)
-    assert [e.second for e in await store.dispatch.next_seconds(s, s, 1)] == [s]
+    assert [e.second for e in await store.scan.next_seconds(s, s, 1)] == [s]
 
 
 async def test_overdue_pending_jobs_are_found_and_their_entries_restored(store: Store) -> None:
     await create(store, new("late", due_at=NOW - 30_000), new("fine", due_at=NOW + 60_000))
     s = second_of(NOW - 30_000)
     await drop_entry(store, s)
-    assert await store.dispatch.find_overdue_pending(NOW - 10_000, 100) == [s]
-    assert await store.dispatch.find_overdue_pending(NOW - 40_000, 100) == []
-    await store.dispatch.restore_seconds([s])
-    assert [e.second for e in await store.dispatch.next_seconds(s, s, 1)] == [s]
+    assert await store.sweep.find_overdue_pending(NOW - 10_000, 100) == [s]
+    assert await store.sweep.find_overdue_pending(NOW - 40_000, 100) == []
+    await store.sweep.restore_seconds([s])
+    assert [e.second for e in await store.scan.next_seconds(s, s, 1)] == [s]
     await claim_second(store, s)
-    assert await store.dispatch.find_overdue_pending(NOW, 100) == [], "claimed is not pending"
+    assert await store.sweep.find_overdue_pending(NOW, 100) == [], "claimed is not pending"
 
 
 async def test_a_release_with_a_version_from_before_a_recreation_misses(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"))
-    [old] = await store.dispatch.next_seconds(s, s, 1)
+    [old] = await store.scan.next_seconds(s, s, 1)
     await claim_second(store, s)
-    assert await store.dispatch.release_second(old, 1) is True
+    assert await store.scan.release_second(old, 1) is True
     await create(store, new("b"))  # the second's entry is created again
-    [fresh] = await store.dispatch.next_seconds(s, s, 1)
+    [fresh] = await store.scan.next_seconds(s, s, 1)
     assert fresh.version != old.version, "a re-created entry reused an old version"
-    assert await store.dispatch.release_second(old, 1) is False, "a late release dropped it"
-    assert [e.second for e in await store.dispatch.next_seconds(s, s, 1)] == [s]
+    assert await store.scan.release_second(old, 1) is False, "a late release dropped it"
+    assert [e.second for e in await store.scan.next_seconds(s, s, 1)] == [s]
 
 
 async def test_a_release_below_the_fence_that_loaded_the_second_misses(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("a"))
-    [entry] = await store.dispatch.next_seconds(s, s, 1)
-    await store.dispatch.load_second(s, 1)
-    await store.dispatch.load_second(s, 2)  # a newer leader took the second on
-    assert await store.dispatch.release_second(entry, 1) is False
-    assert await store.dispatch.release_second(SecondEntry(s, entry.version), 2) is True
+    [entry] = await store.scan.next_seconds(s, s, 1)
+    await store.scan.load_second(s, 1)
+    await store.scan.load_second(s, 2)  # a newer leader took the second on
+    assert await store.scan.release_second(entry, 1) is False
+    assert await store.scan.release_second(SecondEntry(s, entry.version), 2) is True
 
 
 async def test_an_outcome_for_another_claim_changes_nothing(store: Store) -> None:
@@ -118,13 +118,13 @@ async def test_a_daemon_s_fence_stamp_is_not_reported_as_a_write(store: Store) -
     seen: list[int] = []
 
     async def watch() -> None:
-        async for s in store.dispatch.watch_seconds():
+        async for s in store.scan.watch_seconds():
             seen.append(s)
             return
 
     task = asyncio.create_task(watch())
     await asyncio.sleep(0.3)
-    await store.dispatch.load_second(second_of(NOW + 5000), 1)  # stamps the entry
+    await store.scan.load_second(second_of(NOW + 5000), 1)  # stamps the entry
     await create(store, new("b", due_at=NOW + 9000))
     await asyncio.wait_for(task, 10)
     assert seen == [second_of(NOW + 9000)], f"the daemon would be nudged by its own load: {seen}"
@@ -164,7 +164,7 @@ async def test_a_replay_retried_before_its_first_attempt_ends_answers_the_job(
     again = await store.jobs.replay_job("orders", "a", NOW + 10_500)
     assert again == replayed, f"a retried replay changed the job:\n{again}\n!=\n{replayed}"
     s = second_of(NOW + 10_000)
-    [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c2", 1, NOW + 10_000)
+    [c] = await store.scan.claim_due(s, s * 1000 + 999, "c2", 1, NOW + 10_000)
     claimed = await store.jobs.replay_job("orders", "a", NOW + 10_900)
     assert claimed.state == JobState.DISPATCHED and claimed.claim == c.claim, claimed
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)

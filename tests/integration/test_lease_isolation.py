@@ -123,7 +123,7 @@ async def test_a_store_connection_that_holds_every_byte_does_not_delay_renewals(
 
             proxy.set_mode("stall")
             stuck = [
-                asyncio.create_task(store.dispatch.next_seconds(0, 10**9, 1000))
+                asyncio.create_task(store.scan.next_seconds(0, 10**9, 1000))
                 for store in (apart, shared)
                 for _ in range(4)
             ]
