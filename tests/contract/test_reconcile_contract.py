@@ -1,17 +1,15 @@
-"""Contract of what the reconciler asks about holders (both adapters): the brokers'
-heartbeats with what each holds and the store's clock, the queries that find what
-nobody holds, and a reclaim that misses a job a broker marked meanwhile."""
+"""The reconciler's port (`store.reconcile`), on both adapters: the queries that
+find what nobody holds, and a reclaim that misses a job a broker marked meanwhile."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.contract.stores import NOW, create, new
-from timer_service.clock import FakeClock
-from timer_service.dispatch import HeldBiz, SendRef, new_send_token, sender_of
-from timer_service.model import Job, second_of
+from timer_service.dispatch import SendRef, new_send_token, sender_of
+from timer_service.jobs import NewJob
+from timer_service.model import Job, encode_payload, second_of
 from timer_service.store.base import Store
-from timer_service.store.memory import MemoryStore
 
 S = second_of(NOW + 5000)
 
@@ -20,44 +18,42 @@ def ids(jobs: list[Job]) -> list[str]:
     return sorted(j.job_id for j in jobs)
 
 
-async def test_heartbeats_say_what_each_broker_holds_and_consumes(store: Store) -> None:
-    held = [HeldBiz("orders.eu", 3, NOW - 500), HeldBiz("coupons", 1, NOW - 9)]
-    store_ms = await store.brokers.broker_heartbeat(
-        "b1", held, NOW, 6000, consuming=["orders.eu", "coupons"]
+async def test_stale_dispatched_and_reclaim(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"), new("b"))
+    claimed = await store.scan.claim_due(s, NOW + 6000, "c1", 1, NOW)
+    stale = await store.reconcile.find_stale_dispatched(NOW + 1, 100)
+    assert sorted(j.job_id for j in stale) == ["a", "b"]
+    assert await store.reconcile.find_stale_dispatched(NOW, 100) == []
+    again = await store.reconcile.reclaim(stale, "c2", 1, NOW + 10)
+    assert sorted(c.job_id for c in again) == ["a", "b"] and {c.claim for c in again} == {"c2"}
+    assert (
+        await store.reconcile.reclaim(stale, "c3", 1, NOW + 20) == []
+    )  # old claim no longer matches
+    old_refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    assert await store.outcomes.start_sending(old_refs, "t", NOW + 30) == {}  # stale: dropped
+
+
+async def test_stale_dispatched_filters_and_orders_by_claim_time(store: Store) -> None:
+    s = second_of(NOW + 5000)
+    await create(store, new("a"), NewJob("held", "b", NOW + 5000, encode_payload(None)))
+    await store.scan.claim_due(s, NOW + 6000, "c1", 1, NOW)
+    await create(store, new("c"))
+    await store.scan.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)
+
+    def ids(jobs: list[Job]) -> list[str]:
+        return [j.job_id for j in jobs]
+
+    found = ids(await store.reconcile.find_stale_dispatched(NOW + 10, 100))
+    assert found[-1] == "c" and sorted(found) == ["a", "b", "c"]  # oldest claim first
+    held_back = {"held": NOW}  # a live broker holds what of "held" was claimed from NOW on
+    skipped = await store.reconcile.find_stale_dispatched(
+        NOW + 10, 100, claimed_before_by_biz=held_back
     )
-    await store.brokers.broker_heartbeat("b2", [], NOW, -1)  # lapsed as it lands
-    # The memory store has no clock of its own and answers the caller's; a real store
-    # answers its own, which is the machine's here.
-    assert isinstance(store_ms, int) and store_ms > 0, store_ms
-    beats = sorted(await store.brokers.broker_beats(), key=lambda b: b.broker_id)
-    said = [(b.broker_id, b.held, b.consuming) for b in beats]
-    expected = [
-        ("b1", (HeldBiz("coupons", 1, NOW - 9), held[0]), ("coupons", "orders.eu")),
-        ("b2", (), ()),
-    ]
-    assert said == expected, f"expected {expected}, got {said}"
-    b1, b2 = beats
-    # Alive for its time to live from the moment the store applied it, on that clock.
-    assert b1.expires_at == store_ms + 6000, (b1, store_ms)
-    assert 0 < b1.left_ms(NOW) <= 6000, b1
-    assert b2.left_ms(NOW) < 0, b2
-    await store.brokers.broker_gone("b1")
-    assert [b.broker_id for b in await store.brokers.broker_beats()] == ["b2"]
-
-
-async def test_a_beat_is_judged_by_the_store_clock_not_the_callers(store: Store) -> None:
-    """A beat stamped on the store's clock, and read with it: however far behind the
-    broker's clock and whoever reads it, a beat just applied has its whole life left
-    (the memory store, with no clock of its own, goes by the callers')."""
-    if isinstance(store, MemoryStore):
-        store = MemoryStore(buckets=60, clock=FakeClock(NOW))
-    behind = NOW - 60_000  # the broker's clock, or a beat that waited a minute
-    await store.brokers.broker_heartbeat("b1", [], behind, 6000)
-    (beat,) = await store.brokers.broker_beats()
-    assert beat.read_at is not None, beat
-    assert 0 < beat.left_ms(behind) <= 6000, beat
-    # A reader whose clock is a minute ahead of the store's judges it alive all the same.
-    assert 0 < beat.left_ms(NOW + 60_000) <= 6000, beat
+    assert ids(skipped)[-1] == "c" and sorted(ids(skipped)) == ["a", "c"]  # oldest first
+    assert ids(
+        await store.reconcile.find_stale_dispatched(NOW + 10, 1, claimed_before_by_biz=held_back)
+    ) == ["a"]
 
 
 async def test_stale_dispatched_bounds_per_biz_type_and_unmarked_only(store: Store) -> None:
