@@ -4,7 +4,8 @@ The issue's overload run lost and retook the lease 55 times while the store slow
 Here bulk calls stall: inside the daemon (FaultyStore stalls its claims and loads)
 and on the wire (a fault proxy holds every byte of the bulk client's connections),
 and the leader keeps its lease all along, because the leases port has a client and
-connection pool of its own (timer_service/store/mongo, `MongoStore`).
+connection pool of its own, shared only with the pointers and brokers ports
+(timer_service/store/mongo, `MongoStore`).
 """
 
 from __future__ import annotations

@@ -14,11 +14,7 @@ from pymongo.errors import OperationFailure
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.model import JobState
-from timer_service.partitions import (
-    partition_of_slot,
-    second_of_slot,
-    slot,
-)
+from timer_service.partitions import partition_of_slot, second_of_slot, slot
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
     LOAD_BATCH,

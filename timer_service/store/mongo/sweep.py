@@ -9,10 +9,7 @@ from bson import ObjectId
 from pymongo import ASCENDING, UpdateOne
 
 from timer_service.model import JobState
-from timer_service.store.mongo.layout import (
-    LOCATOR_SLACK_MS,
-    unmarked,
-)
+from timer_service.store.mongo.layout import LOCATOR_SLACK_MS, unmarked
 from timer_service.store.mongo.scope import Scoped
 
 
