@@ -42,8 +42,6 @@ When = Literal["before", "after"]
 RandomWhen = Literal["before", "after", "both"]
 Fault = Literal["before", "after", "stall"]
 
-PORT_PROTOCOLS = PORTS
-
 
 def _async_methods(protocol: type) -> list[str]:
     return [
@@ -55,7 +53,7 @@ def _async_methods(protocol: type) -> list[str]:
 
 # Every method a fault can be planned for, with the port it belongs to.
 FAULTABLE: dict[str, str] = {
-    method: port for port, protocol in PORT_PROTOCOLS.items() for method in _async_methods(protocol)
+    method: port for port, protocol in PORTS.items() for method in _async_methods(protocol)
 }
 
 
@@ -93,6 +91,7 @@ class FaultyStore:
         self._stalls: dict[str, int] = {}
         self._resumed = asyncio.Event()
         self.stalled = 0  # calls waiting for `resume` now
+        # Every port of `PORTS`, so a new port can fail without a change here.
         for name in PORTS:
             setattr(self, name, _FaultyPort(getattr(store, name), self))
 
