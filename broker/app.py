@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import uuid
-from typing import Protocol
 
 from tenacity import (
     AsyncRetrying,
@@ -28,6 +27,7 @@ from broker.lane import Lane
 from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import OutcomeWriter
 from broker.ownership import plan
+from broker.ports import BrokerPorts
 from broker.sender import Sender
 from broker.skew import SkewGuard
 from timer_service.clock import Clock, SystemClock
@@ -39,9 +39,6 @@ from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.runtime import cancel_and_wait, freeze_startup_heap, raise_if_cancelling
 from timer_service.settings import Settings
 from timer_service.store.base import Store
-from timer_service.store.ports.biz_types import BizTypesPort
-from timer_service.store.ports.brokers import BrokersPort
-from timer_service.store.ports.outcomes import OutcomesPort
 from timer_service.tracing import NO_TRACING, Tracing, build_tracing
 
 log = logging.getLogger(__name__)
@@ -50,20 +47,6 @@ DISCOVER_EVERY_S = 1.0
 HEARTBEAT_EVERY_S = 2.0
 HEARTBEAT_TTL_MS = int(3 * HEARTBEAT_EVERY_S * 1000)
 DEFAULT_METRICS_PORT = 9102
-
-
-class BrokerPorts(Protocol):
-    """The store as the broker sees it: it reads biz types, heartbeats its holdings
-    and writes send marks and outcomes. Any `Store` is one."""
-
-    @property
-    def biz_types(self) -> BizTypesPort: ...
-
-    @property
-    def brokers(self) -> BrokersPort: ...
-
-    @property
-    def outcomes(self) -> OutcomesPort: ...
 
 
 class Broker:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from daemon.lease import Term
 from daemon.partition_lease import PartitionLeases
+from daemon.ports import DaemonPorts
 from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
 from daemon.rounds import Rounds
@@ -30,7 +31,6 @@ from timer_service.runtime import (
     wait_event,
 )
 from timer_service.settings import Settings
-from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing, build_tracing
 from timer_service.wiring import scheduler as default_scheduler
 
@@ -51,7 +51,7 @@ class Daemon:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: DaemonPorts,
         queue: DispatchQueue,
         metrics: Metrics,
         clock: Clock,
