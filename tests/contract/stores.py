@@ -44,14 +44,21 @@ async def create(store: Store, *jobs: NewJob, now: int = NOW) -> list[Any]:
 
 
 async def claim_second(store: Store, second: int, claim: str = "c1", fence: int = 1):
-    return await store.dispatch.claim_due(second, second * 1000 + 999, claim, fence, NOW)
+    return await store.scan.claim_due(second, second * 1000 + 999, claim, fence, NOW)
+
+
+async def drop_entry(store: Store, second: int) -> None:
+    """What a crash between a job's write and its entry's renewal leaves behind."""
+    [entry] = await store.scan.next_seconds(second, second, 1)
+    assert await store.scan.release_second(entry, 1) is True
+    assert await store.scan.next_seconds(second, second, 1) == []
 
 
 def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:
     return Attempt(n, at, status, None if status == 200 else f"HTTP {status}", 3)
 
 
-__all__ = ["NOW", "attempt", "claim_second", "create", "new", "store"]
+__all__ = ["NOW", "attempt", "claim_second", "create", "drop_entry", "new", "store"]
 
 
 async def list_jobs(
