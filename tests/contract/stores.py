@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.sim.fake_store import fake_mongo_store
 from tests.support import unique_name
 from timer_service.jobs import NewJob
 from timer_service.model import Attempt, Job, JobState, encode_payload
@@ -18,15 +19,22 @@ from timer_service.store.mongo import MongoStore
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole second
 
 
-@pytest.fixture(params=["memory", pytest.param("mongo", marks=pytest.mark.integration)])
+# "mongo-fake": the real MongoDB adapter over the in-memory fake driver (tests/sim).
+STORES = ["memory", pytest.param("mongo", marks=pytest.mark.integration), "mongo-fake"]
+
+
+@pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         memory = MemoryStore(buckets=60)
         await memory.setup()
         yield memory
         return
-    server = request.getfixturevalue("secantus")  # a sync, session-wide fixture
-    mongo = MongoStore(server.url, unique_name("contract"), buckets=60)
+    if request.param == "mongo-fake":
+        mongo = fake_mongo_store(buckets=60)
+    else:
+        server = request.getfixturevalue("secantus")  # a sync, session-wide fixture
+        mongo = MongoStore(server.url, unique_name("contract"), buckets=60)
     await mongo.setup()
     try:
         yield mongo

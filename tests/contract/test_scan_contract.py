@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.contract.stores import NOW, claim_second, create, new
+from tests.contract.stores import NOW, STORES, claim_second, create, new
+from tests.sim.fake_store import fake_mongo_store
 from tests.support import unique_name
 from timer_service.dispatch import SecondEntry
 from timer_service.model import JobState, second_of
@@ -21,13 +22,16 @@ from timer_service.store.mongo import MongoStore
 P = 4
 
 
-@pytest.fixture(params=["memory", pytest.param("mongo", marks=pytest.mark.integration)])
+@pytest.fixture(params=STORES)
 async def partitioned(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         yield MemoryStore(buckets=60, partitions=P)
         return
-    server = request.getfixturevalue("secantus")
-    mongo = MongoStore(server.url, unique_name("partitions"), buckets=60, partitions=P)
+    if request.param == "mongo-fake":
+        mongo = fake_mongo_store(buckets=60, partitions=P)
+    else:
+        server = request.getfixturevalue("secantus")
+        mongo = MongoStore(server.url, unique_name("partitions"), buckets=60, partitions=P)
     await mongo.setup()
     try:
         yield mongo

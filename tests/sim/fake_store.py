@@ -1,0 +1,26 @@
+"""The real `MongoStore` over the fake driver: what the contract suite calls
+"mongo-fake", and what the simulation builds its store from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.sim.fakemongo import FakeMongo
+from timer_service.store.mongo import MongoStore
+
+FAKE_URL = "mongodb://fake-mongo/"
+
+
+def fake_mongo_store(
+    db_name: str = "timer", server: FakeMongo | None = None, **options: Any
+) -> MongoStore:
+    """A `MongoStore` whose clients (the main one and the leases') talk to `server`
+    (a new one if not given), as `MongoStore` builds them: tz-aware."""
+    server = server or FakeMongo()
+    return MongoStore(
+        FAKE_URL,
+        db_name,
+        client=server.client(tz_aware=True),  # type: ignore[arg-type]
+        leases_client=server.client(tz_aware=True),  # type: ignore[arg-type]
+        **options,
+    )
