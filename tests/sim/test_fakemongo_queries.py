@@ -4,6 +4,7 @@ operators the adapter uses; anything else refused by name."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 from typing import Any
 
 import pytest
@@ -207,3 +208,13 @@ async def test_documents_are_copied_in_and_out(coll: FakeCollection) -> None:
     assert again is not None and again["list"] == [1]
     # BSON keeps milliseconds, in UTC (the client is tz-aware, as MongoStore's).
     assert again["when"] == dt.datetime(2026, 1, 1, 0, 0, 0, 123000, tzinfo=dt.UTC)
+
+
+async def test_a_seeded_shuffle_changes_the_order_of_unsorted_results() -> None:
+    orders = set()
+    for seed in range(5):
+        coll = FakeMongo(FakeClock(NOW), shuffle=random.Random(seed)).client()["db"]["c"]
+        await coll.insert_many([{"_id": i, "k": 1} for i in range(6)])
+        orders.add(tuple(await ids(coll, {"k": 1})))
+        assert await ids(coll, {"k": 1}, sort="_id") == list(range(6))
+    assert len(orders) > 1, orders

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,9 +107,13 @@ class Writes:
 
 
 class Engine:
-    def __init__(self) -> None:
+    def __init__(self, shuffle: random.Random | None = None) -> None:
         self.dbs: dict[str, dict[str, CollectionData]] = {}
         self._ids = itertools.count(1)
+        # MongoDB promises no order without a sort (an index scan gives the index's,
+        # a collection scan the records'): given a seeded Random, the documents a
+        # query matches come in a shuffled order, so code that leans on one shows.
+        self._shuffle = shuffle
 
     def new_id(self) -> ObjectId:
         """Deterministic ObjectIds for upserted and inserted documents without one."""
@@ -125,8 +130,8 @@ class Engine:
 
     # -- reads ---------------------------------------------------------------------------
     def select(self, coll: CollectionData | None, query: Doc) -> list[Doc]:
-        """The stored documents `query` matches (not copies), in natural order, or in
-        `_id` order when the query names `_id`s (MongoDB reads them by its index)."""
+        """The stored documents `query` matches (not copies), in natural order (or
+        shuffled), or in `_id` order when the query names `_id`s (by its index)."""
         if coll is None:
             return []
         wanted = query.get("_id", MISSING)
@@ -138,7 +143,10 @@ class Engine:
             docs = [coll.docs[k] for k in keys if k in coll.docs]
             docs.sort(key=lambda d: sort_key(d["_id"]))
             return [d for d in docs if matches(d, query)]
-        return [d for d in coll.docs.values() if matches(d, query)]
+        matched = [d for d in coll.docs.values() if matches(d, query)]
+        if self._shuffle is not None:
+            self._shuffle.shuffle(matched)
+        return matched
 
     # -- write primitives ----------------------------------------------------------------
     def _check_unique(self, coll: CollectionData, doc: Doc, replacing: Any = MISSING) -> None:

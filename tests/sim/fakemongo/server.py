@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +53,9 @@ class Transaction:
 
 class FakeMongo:
     """One server (a replica set's primary, as the adapter sees it). `faults` is
-    consulted before every command (`faults.py`); `log` keeps every command asked."""
+    consulted before every command (`faults.py`); `log` keeps every command asked,
+    in the order asked; `shuffle` (a seeded Random) shuffles what unsorted queries
+    match (`Engine.select`)."""
 
     def __init__(
         self,
@@ -60,10 +63,11 @@ class FakeMongo:
         faults: Faults | None = None,
         *,
         keep_log: int | None = 100_000,
+        shuffle: random.Random | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.faults = faults
-        self.engine = Engine()
+        self.engine = Engine(shuffle)
         self.log: deque[Command] = deque(maxlen=keep_log)
         self._seq = itertools.count(1)
         self._txn: Transaction | None = None
