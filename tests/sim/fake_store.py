@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from tests.sim.fakemongo import FakeMongo
@@ -15,8 +16,9 @@ def fake_mongo_store(
     db_name: str = "timer", server: FakeMongo | None = None, **options: Any
 ) -> MongoStore:
     """A `MongoStore` whose clients (the main one and the leases') talk to `server`
-    (a new one if not given), as `MongoStore` builds them: tz-aware."""
-    server = server or FakeMongo()
+    (a new one if not given: its unsorted results shuffled by a fixed seed, since
+    MongoDB promises no order without a sort), as `MongoStore` builds them: tz-aware."""
+    server = server or FakeMongo(shuffle=random.Random(0))
     return MongoStore(
         FAKE_URL,
         db_name,
