@@ -163,3 +163,11 @@ async def test_a_transaction_retries_after_a_transient_error_and_commits_once(
         await session.with_transaction(move)
     assert runs == 2  # the first attempt was aborted (undone) and run again
     assert sorted(d["_id"] for d in await coll.find({}).to_list(None)) == [2, 3]
+
+
+async def test_a_command_reads_as_one_line_of_a_trace(server: FakeMongo) -> None:
+    coll = server.client()["timer"]["jobs_b5"]
+    await coll.update_many({"state": "pending"}, {"$set": {"state": "dispatched"}})
+    line = server.log[-1].brief(60)
+    assert line.startswith("#1 update_many timer.jobs_b5 {'filter'"), line
+    assert len(line) == 60 and line.endswith("…")

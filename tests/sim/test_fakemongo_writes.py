@@ -9,7 +9,7 @@ import datetime as dt
 
 import pytest
 from pymongo import DeleteOne, InsertOne, ReplaceOne, UpdateMany, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+from pymongo.errors import BulkWriteError, DuplicateKeyError, InvalidOperation, OperationFailure
 
 from tests.sim.fakemongo import FakeMongo
 from tests.sim.fakemongo.collection import FakeCollection
@@ -229,3 +229,12 @@ async def test_ttl_indexes_expire_dates_by_the_fakes_clock(server: FakeMongo) ->
     clock.advance(31_000)
     assert server.expire_now() == 1  # a number in a TTL field never expires
     assert [d["_id"] for d in await coll.find({}).to_list(None)] == [2]
+
+
+async def test_a_closed_client_refuses_commands_as_pymongo_4_does(server: FakeMongo) -> None:
+    client = server.client()
+    await client["db"]["c"].insert_one({"_id": 1})
+    await client.close()
+    with pytest.raises(InvalidOperation):
+        await client["db"]["c"].find_one({"_id": 1})
+    assert await server.client()["db"]["c"].find_one({"_id": 1}) == {"_id": 1}  # data stays

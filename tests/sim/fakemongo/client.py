@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bson.codec_options import CodecOptions
-from pymongo.errors import OperationFailure
+from pymongo.errors import InvalidOperation, OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from tests.sim.fakemongo.collection import FakeCollection
@@ -41,16 +41,22 @@ class FakeClient:
         def drop(w: Writes) -> None:
             self.server.engine.dbs.pop(name, None)
 
+        self.check_open()
         await self.server.run("dropDatabase", name, None, {}, drop)
 
     async def list_database_names(self) -> list[str]:
         engine = self.server.engine
+        self.check_open()
         return await self.server.run(
             "listDatabases", "admin", None, {}, lambda _: sorted(engine.dbs)
         )
 
     async def close(self) -> None:
         self.closed = True
+
+    def check_open(self) -> None:
+        if self.closed:  # PyMongo 4: a closed client is not reopened
+            raise InvalidOperation("Cannot use AsyncMongoClient after close")
 
     async def __aenter__(self) -> FakeClient:
         return self
@@ -88,12 +94,14 @@ class FakeDatabase:
         }
         if name not in answers:
             raise NotImplementedError(f"fake MongoDB: command {name!r} is not supported")
+        self.client.check_open()
         return await self.client.server.run(
             name, self.name, None, {}, lambda _: dict(answers[name])
         )
 
     async def list_collection_names(self, *args: Any, **kwargs: Any) -> list[str]:
         engine = self.client.server.engine
+        self.client.check_open()
         return await self.client.server.run(
             "listCollections", self.name, None, {}, lambda _: sorted(engine.dbs.get(self.name, {}))
         )

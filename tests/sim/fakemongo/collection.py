@@ -67,6 +67,7 @@ class FakeCollection:
         apply: Callable[[Writes], T],
         session: FakeSession | None = None,
     ) -> T:
+        self.database.client.check_open()
         return await self.server.run(name, self.database.name, self.name, args, apply, session)
 
     @property

@@ -37,6 +37,13 @@ class Command:
     args: dict[str, Any]
     in_transaction: bool = False
 
+    def brief(self, width: int = 160) -> str:
+        """One line for a trace: `#12 update_many timer.jobs_b5 {...}`."""
+        where = self.database if self.collection is None else f"{self.database}.{self.collection}"
+        txn = " (txn)" if self.in_transaction else ""
+        line = f"#{self.seq} {self.name} {where}{txn} {self.args}"
+        return line if len(line) <= width else line[: width - 1] + "…"
+
 
 ErrorSource = BaseException | Callable[[], BaseException]
 
