@@ -5,10 +5,11 @@ an await point where other callers' commands come in between."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 from pymongo import InsertOne, UpdateOne
-from pymongo.errors import AutoReconnect, NetworkTimeout, NotPrimaryError
+from pymongo.errors import AutoReconnect, NetworkTimeout, NotPrimaryError, PyMongoError
 
 from tests.sim.fakemongo import (
     Command,
@@ -17,6 +18,7 @@ from tests.sim.fakemongo import (
     FakeMongo,
     FaultPlan,
     LoseReply,
+    SeededFaults,
     Stall,
     not_primary,
 )
@@ -171,3 +173,25 @@ async def test_a_command_reads_as_one_line_of_a_trace(server: FakeMongo) -> None
     line = server.log[-1].brief(60)
     assert line.startswith("#1 update_many timer.jobs_b5 {'filter'"), line
     assert len(line) == 60 and line.endswith("…")
+
+
+async def test_seeded_faults_repeat_exactly_for_one_seed() -> None:
+    async def run(seed: int) -> list[str]:
+        faults = SeededFaults(random.Random(seed), 0.2, 0.2, 0.2, names="update_one")
+        clock = FakeClock(NOW)
+        server = FakeMongo(clock, faults=faults)
+        coll = server.client()["db"]["c"]
+        said = []
+        for i in range(30):
+            try:
+                await clock.drive(coll.update_one({"_id": i}, {"$set": {"v": i}}, upsert=True))
+                said.append("ok")
+            except PyMongoError as exc:
+                said.append(type(exc).__name__)
+        stored = sorted(d["_id"] for d in await coll.find({}).to_list(None))
+        return [*said, str(stored)]
+
+    first = await run(7)
+    assert first == await run(7)
+    assert first != await run(8)
+    assert {"ok", "AutoReconnect", "NetworkTimeout", "NotPrimaryError"} <= set(first[:-1])

@@ -10,14 +10,15 @@ faults (applied in order) or None. The fake consults it before every command
 - `LoseReply(error)`: applies the command, then raises `error` as if the reply
   was lost on the way (the write is visible to everyone afterwards).
 
-`FaultPlan` is a small rule list for tests; a simulation passes its own seeded
-callable.
+`FaultPlan` is a small rule list for tests; `SeededFaults` draws faults at
+random from a seeded `random.Random`, for a simulation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,3 +151,35 @@ class FaultPlan:
                 rule.hits += 1
                 return rule.fault
         return None
+
+
+@dataclass
+class SeededFaults:
+    """Each command of a matching name meets at most one fault, drawn from `rng`:
+    an error before it applies (`fail`), its reply lost after (`lose`), or a delay of
+    up to `max_delay_s` (`delay`); the rest go through. The errors are drawn from
+    `errors`. Commits and aborts are commands like the others."""
+
+    rng: random.Random
+    fail: float = 0.0
+    lose: float = 0.0
+    delay: float = 0.0
+    max_delay_s: float = 1.0
+    names: str = "*"
+    errors: Sequence[Callable[[], BaseException]] = (connection_lost, network_timeout, not_primary)
+    drawn: int = 0
+
+    def __call__(self, command: Command) -> Fault | None:
+        if not fnmatch.fnmatchcase(command.name, self.names):
+            return None
+        roll = self.rng.random()
+        if roll < self.fail:
+            fault: Fault = Fail(self.rng.choice(self.errors))
+        elif roll < self.fail + self.lose:
+            fault = LoseReply(self.rng.choice(self.errors))
+        elif roll < self.fail + self.lose + self.delay:
+            fault = Delay(self.rng.uniform(0, self.max_delay_s))
+        else:
+            return None
+        self.drawn += 1
+        return fault
