@@ -271,7 +271,7 @@ def to_public(lateness: Lateness | None) -> dict[str, object] | None:
             "waiting_for": lateness.waiting_for.value,
             "detail": lateness.detail,
             "until": lateness.until,
-            **dict.fromkeys(_BREAKDOWN_MEMBERS),
+            **dict.fromkeys(BREAKDOWN_MEMBERS),
         }
     return {
         "kind": "final",
@@ -279,8 +279,8 @@ def to_public(lateness: Lateness | None) -> dict[str, object] | None:
         "waiting_for": None,
         "detail": lateness.detail,
         "until": None,
-        **{name: getattr(lateness, name) for name in _BREAKDOWN_MEMBERS},
+        **{name: getattr(lateness, name) for name in BREAKDOWN_MEMBERS},
     }
 
 
-_BREAKDOWN_MEMBERS = ("send_ms", "publish_ms", "hold_ms", "retries_ms", "endpoint_ms")
+BREAKDOWN_MEMBERS = ("send_ms", "publish_ms", "hold_ms", "retries_ms", "endpoint_ms")
