@@ -4,17 +4,17 @@
 import { h } from "./dom.js";
 
 const REASONS = {
-  retry: "waiting for its retry",
-  paused: "its biz type is paused",
-  no_daemon: "no daemon owns its partition",
-  daemon_behind: "the daemon's scan is behind",
-  claim: "being claimed by the daemon",
-  no_broker: "no broker consumes its biz type",
-  rate_limit: "behind the rate limit",
-  concurrency: "behind the in-flight cap",
-  broker: "held by a broker, going out",
-  endpoint: "waiting for the endpoint",
-  reconcile: "held by no broker: the reconciler republishes it",
+  retry: "retry backoff",
+  paused: "paused",
+  no_daemon: "no daemon",
+  daemon_behind: "daemon behind",
+  claim: "claim",
+  no_broker: "no broker",
+  rate_limit: "rate limit",
+  concurrency: "in-flight cap",
+  broker: "broker",
+  endpoint: "endpoint",
+  reconcile: "reconciler",
 };
 
 const PARTS = [
@@ -35,12 +35,12 @@ function whyLateText(lateness) {
   const late = `${fmtMs(lateness.late_ms)} late`;
   if (lateness.kind === "waiting") {
     const reason = REASONS[lateness.waiting_for] ?? lateness.waiting_for;
-    return `${late}: ${reason} — ${lateness.detail}`;
+    return `${late} — ${reason}: ${lateness.detail}`;
   }
   const parts = PARTS.filter(([key]) => lateness[key] !== null && lateness[key] !== undefined).map(
     ([key, name]) => `${name} ${fmtMs(lateness[key])}`,
   );
-  return `${late}: ${parts.join(" · ")} — ${lateness.detail}`;
+  return `${late} — ${parts.join(" · ")}: ${lateness.detail}`;
 }
 
 // The line for a late job; null when it is on time (lateness null or absent).
