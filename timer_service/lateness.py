@@ -204,7 +204,7 @@ def _held(
         wait_ms = math.ceil(messages * 1000 / rate)
         detail = (
             f"behind the rate limit: {holding}; at {rate:g}/s the job goes out within"
-            f" ~{wait_ms} ms (estimate: every held message before it, at the rate)"
+            f" ~{wait_ms} ms (estimate: the held messages, at the rate)"
         )
         return Waiting(late_ms, WaitingFor.RATE_LIMIT, detail, now_ms + wait_ms)
     if biz is not None and messages >= biz.max_concurrency:

@@ -8,7 +8,7 @@ from typing import Any
 from tests.unit.api_harness import NOW, Api, dispatch, expect
 from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind, SendRef
 from timer_service.model import Attempt
-from timer_service.partitions import lease_name, pointer_name
+from timer_service.partitions import lease_name, partition_of, pointer_name
 
 JOB = "/v1/jobs/orders/o-1"
 EXTRA_READS = ("get_biz_type", "broker_beats", "list_leases", "load_pointers")
@@ -146,3 +146,20 @@ async def test_the_openapi_documents_lateness(api: Api) -> None:
     reasons = spec["components"]["schemas"]["WaitingFor"]["enum"]
     assert {"paused", "no_broker", "no_daemon", "retry", "rate_limit"} <= set(reasons)
     assert "lateness" not in spec["components"]["schemas"]["JobOut"]["properties"]
+
+
+async def test_the_partition_judged_is_the_jobs_own(make_api: Any) -> None:
+    api = await make_api(partitions=4)
+    expect(await api.put_biz(), 201)
+    await late_job(api)
+    mine = partition_of("orders/o-1", 4)
+    other = (mine + 1) % 4
+    now = api.clock.now_ms()
+    await api.store.leases.acquire_leases([lease_name(other)], "daemon-b", 1, 5_000, now)
+    got = await lateness(api)
+    assert got["waiting_for"] == "no_daemon", got
+    assert f"partition {mine}:" in got["detail"], got
+    await api.store.leases.acquire_leases([lease_name(mine)], "daemon-a", 1, 5_000, now)
+    await api.store.pointers.save_pointers([pointer_name(mine)], NOW // 1000, 1)
+    got = await lateness(api)
+    assert got["waiting_for"] == "claim" and "daemon daemon-a owns" in got["detail"], got
