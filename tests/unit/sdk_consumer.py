@@ -91,20 +91,8 @@ def blocking(timers: TimerClient) -> None:
     page: JobPage = timers.list_jobs_page(state="pending", cursor=None)
     counted: BulkResult = timers.bulk_cancel("orders", labels={"tenant": "acme"}, dry_run=True)
     replay: BulkResult = timers.bulk_replay("orders", state="dead", limit=100, cursor=None)
-    print(
-        fire_at,
-        waiting_for,
-        results,
-        more,
-        got,
-        cancelled,
-        moved,
-        replayed,
-        dead,
-        page,
-        counted,
-        replay,
-    )
+    print(fire_at, results, more, got, cancelled, moved, replayed, dead, page, counted, replay)
+    print(waiting_for)
 
     schedule: Schedule = timers.put_schedule(
         "orders", "nightly", cron="0 3 * * *", timezone="Europe/Berlin", catchup="one"
