@@ -29,6 +29,7 @@ DOMAIN = (
     "timer_service/schedules.py",
     "timer_service/quota.py",
     "timer_service/callback_targets.py",
+    "timer_service/lateness.py",
     "daemon/wheel.py",
     "broker/ratelimit.py",
 )
