@@ -17,8 +17,19 @@ from pathlib import Path
 from timer_service.api.server import serve
 from timer_service.clock import SystemClock
 from timer_service.metric_specs import ROLES
-from timer_service.processes.build import build_api, build_broker, build_daemon, build_scheduler
-from timer_service.processes.commands import base_lifecycle, started, store_and_queue
+from timer_service.processes.build import (
+    build_api,
+    build_broker,
+    build_canary,
+    build_daemon,
+    build_scheduler,
+)
+from timer_service.processes.commands import (
+    add_canary,
+    base_lifecycle,
+    started,
+    store_and_queue,
+)
 from timer_service.processes.dependencies import instance_id, real_dependencies
 from timer_service.processes.lifecycle import Lifecycle
 from timer_service.queue.base import DispatchQueue
@@ -98,6 +109,8 @@ async def _run_roles(
     store_and_queue(life, deps)
     life.add("daemon", daemon.start, daemon.stop)
     life.add("broker", broker.start, broker.stop)
+    # Its callbacks come to this process's own API port (Settings.canary_url_or_default).
+    add_canary(life, build_canary(settings, deps, on_jobs_written=nudge))
     life.add("startup done", started())
 
     def listening() -> None:
