@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.callback import build_request
+from tests.contract.stores import list_jobs
 from tests.unit.api_harness import Api, expect
 from timer_service.canary import Canary
 from timer_service.constants import CANARY_BIZ_TYPE
@@ -146,3 +147,17 @@ async def test_no_per_biz_type_metric_gets_a_canary_series(make_api: Callable[..
     assert canary_lines == [], canary_lines
     assert 'timer_jobs_by_state{biz_type="orders",state="pending"} 1.0' in text
     assert 'timer_broker_consuming{biz_type="orders"} 1.0' in text
+
+
+async def test_no_business_can_create_or_schedule_a_canary_job(api: Api) -> None:
+    await canary_of(api).ensure_biz_type()  # it exists: only the pattern keeps them out
+    job = {"biz_type": CANARY_BIZ_TYPE, "job_id": "x", "delay_ms": 1000}
+    expect(await api.create(**job), 422)
+    batch = expect(await api.request("POST", "/v1/jobs:batch", json={"jobs": [job]}), 200)
+    assert [item["status"] for item in batch["results"]] == [422], batch
+    schedule = {"every_ms": 60_000}
+    expect(await api.request("PUT", "/v1/schedules/_canary/s", json=schedule), 422)
+    bulk = {"filter": {"biz_type": CANARY_BIZ_TYPE}, "dry_run": True}
+    expect(await api.request("POST", "/v1/jobs:bulk-cancel", json=bulk), 422)
+    jobs, _ = await list_jobs(api.store, CANARY_BIZ_TYPE, None, 10, None)
+    assert jobs == [], jobs
