@@ -161,3 +161,14 @@ async def test_no_business_can_create_or_schedule_a_canary_job(api: Api) -> None
     expect(await api.request("POST", "/v1/jobs:bulk-cancel", json=bulk), 422)
     jobs, _ = await list_jobs(api.store, CANARY_BIZ_TYPE, None, 10, None)
     assert jobs == [], jobs
+
+
+async def test_the_canary_arrives_by_the_service_name_whatever_hosts_are_allowed(
+    make_api: Callable[..., Any],
+) -> None:
+    api = await make_api(allowed_hosts="api.example.com")
+    body, headers = await signed_canary_callback(api, late_ms=0)
+    by_service = {**headers, "Host": "timer-api:8080"}
+    expect(await api.request("POST", "/canary", content=body, headers=by_service), 204)
+    assert canary_samples(api.metrics)[0] == 1
+    expect(await api.request("GET", "/v1/biz-types", headers={"Host": "timer-api"}), 400)
