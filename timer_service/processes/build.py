@@ -17,6 +17,7 @@ from daemon.app import Daemon
 from daemon.schedule_hook import ScheduleHook
 from timer_service import wiring
 from timer_service.api.app import create_app
+from timer_service.callback_targets import TargetPolicy
 from timer_service.canary import Canary
 from timer_service.processes.dependencies import Dependencies
 from timer_service.registration import Registrar
@@ -96,4 +97,5 @@ def build_broker(settings: Settings, deps: Dependencies) -> Broker:
         broker_id=deps.instance_id,
         tracing=deps.tracing,
         sender=deps.http_client(deps.clock, settings.callback_target_policy()),
+        own_sender=deps.http_client(deps.clock, TargetPolicy()),
     )
