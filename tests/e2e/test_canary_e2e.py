@@ -1,7 +1,8 @@
 """The canary against the real processes (issue 32 item 3): with no business job due,
-canary callbacks keep arriving at the API's /canary, its two metrics move, and nothing
-of it shows in a business's listings or in any biz_type label. Both ways a user runs
-the service: `dev` alone, and `timer-service api|daemon|broker` over RabbitMQ."""
+canary callbacks keep arriving at the API's /canary, even under a callback target
+policy that refuses loopback, its two metrics move, and nothing of it shows in a
+business's listings or in any biz_type label. Both ways a user runs the service:
+`dev` alone, and `timer-service api|daemon|broker` over RabbitMQ."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ CANARY_LABEL = re.compile(r'biz_type="_')
 @pytest.fixture(scope="module", params=["dev", "split"])
 def canary_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     data_dir = tempfile.mkdtemp(prefix="timer-canary-")
-    fast = {"TIMER_CANARY_INTERVAL_MS": str(INTERVAL_MS), "TIMER_STATS_INTERVAL_S": "1"}
+    fast = {
+        "TIMER_CANARY_INTERVAL_MS": str(INTERVAL_MS),
+        "TIMER_STATS_INTERVAL_S": "1",
+        # A policy that refuses every business callback to 127.0.0.1: not the canary's.
+        "TIMER_CALLBACK_ALLOW_PRIVATE": "false",
+    }
     if request.param == "split":
         built = split_stack(request.getfixturevalue("secantus"), **fast)
     else:
