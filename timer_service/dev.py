@@ -56,12 +56,23 @@ def banner(settings: Settings, store_desc: str, queue_desc: str) -> str:
             f"  store: {store_desc}",
             f"  queue: {queue_desc}",
             f"  docs:  {base}/docs   metrics: {base}/metrics",
+            f"  canary: {canary_line(settings)}",
             "  try:",
             f"    curl -s -X PUT {base}/v1/biz-types/demo{auth}{json} "
             '-d \'{"callback_url": "http://127.0.0.1:9000/callback"}\'',
             f"    curl -s -X POST {base}/v1/jobs{auth}{json} "
             '-d \'{"biz_type": "demo", "delay_ms": 5000, "payload": {"hello": "world"}}\'',
         ]
+    )
+
+
+def canary_line(settings: Settings) -> str:
+    if settings.canary_interval_ms == 0:
+        return "off (TIMER_CANARY_INTERVAL_MS=0)"
+    every_s = settings.canary_interval_ms / 1000
+    return (
+        f"every {every_s:g} s to {settings.canary_url_or_default()}"
+        " (timer_canary_last_success_timestamp_seconds on /metrics)"
     )
 
 

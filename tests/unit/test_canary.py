@@ -10,6 +10,7 @@ from tests.unit.api_harness import NOW
 from timer_service.canary import Canary, next_slot_ms, slot_job_id
 from timer_service.clock import FakeClock
 from timer_service.constants import CANARY_BIZ_TYPE
+from timer_service.dev import banner
 from timer_service.metrics import Metrics
 from timer_service.processes.build import build_canary
 from timer_service.processes.dependencies import Dependencies
@@ -134,3 +135,10 @@ def test_the_default_url_is_this_apis_own_canary() -> None:
     assert url(http_host="0.0.0.0", http_port=9000) == "http://127.0.0.1:9000/canary"
     assert url(http_host="::") == "http://[::1]:8080/canary"
     assert url(canary_url="http://timer-api:8080/canary") == "http://timer-api:8080/canary"
+
+
+def test_the_dev_banner_says_where_the_canary_goes() -> None:
+    on = Settings(_env_file=None, http_port=9000)  # type: ignore[call-arg]
+    assert "canary: every 10 s to http://127.0.0.1:9000/canary" in banner(on, "s", "q")
+    off = Settings(_env_file=None, canary_interval_ms=0)  # type: ignore[call-arg]
+    assert "canary: off (TIMER_CANARY_INTERVAL_MS=0)" in banner(off, "s", "q")
