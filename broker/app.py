@@ -23,10 +23,11 @@ from broker.ownership import plan
 from broker.ports import BrokerPorts
 from broker.sender import Sender
 from broker.skew import SkewGuard
+from timer_service.callback_targets import TargetPolicy
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.metrics import Metrics
-from timer_service.model import BizType
+from timer_service.model import BizType, is_reserved
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.runtime import cancel_and_wait, raise_if_cancelling
 from timer_service.settings import Settings
@@ -50,6 +51,7 @@ class Broker:
         broker_id: str | None = None,
         tracing: Tracing = NO_TRACING,
         sender: Sender | None = None,
+        own_sender: Sender | None = None,
     ) -> None:
         self._settings = settings
         self._tracing = tracing
@@ -59,6 +61,10 @@ class Broker:
         self._clock = clock
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = sender or Sender(clock, settings.callback_target_policy())
+        # The service's own callbacks (the canary's, to TIMER_CANARY_URL: an address the
+        # operator set, put by the service itself) pass the default policy only, so that
+        # a TIMER_CALLBACK_DENY_CIDRS of the cluster's ranges keeps the canary alive.
+        self._own_sender = own_sender or Sender(clock, TargetPolicy())
         self._outcomes = OutcomeWriter(store.outcomes, metrics, clock)
         self._marks = MarkWriter(
             store.outcomes, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S
@@ -77,6 +83,7 @@ class Broker:
             return
         self._started = True
         await self._sender.start()
+        await self._own_sender.start()
         self._outcomes.start()
         # The first heartbeat before any lane: a mark this broker makes must name a
         # broker the daemon knows of, and the skew guard wants the store's clock.
@@ -125,6 +132,7 @@ class Broker:
         await self._marks.stop()
         self._lanes.clear()
         await self._sender.close()
+        await self._own_sender.close()
         if self._beating is not None:
             await cancel_and_wait([self._beating], TASK_STOP_TIMEOUT_S, "broker", self._clock)
         with contextlib.suppress(Exception):
@@ -175,7 +183,7 @@ class Broker:
     async def _add_lane(self, biz: BizType, handover: bool = False) -> None:
         lane = Lane(
             biz,
-            sender=self._sender,
+            sender=self._own_sender if is_reserved(biz.biz_type) else self._sender,
             outcomes=self._outcomes,
             metrics=self._metrics,
             clock=self._clock,

@@ -7,6 +7,11 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 BIZ_TYPE_RE = re.compile(BIZ_TYPE_PATTERN)
 JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 
+# Biz types the service keeps for itself start with this, which BIZ_TYPE_PATTERN never
+# matches: no business can name one, and none is counted or listed as a business's.
+RESERVED_BIZ_TYPE_PREFIX = "_"
+CANARY_BIZ_TYPE = "_canary"  # the canary's jobs (timer_service.canary)
+
 # Storage layout (MongoDB collection names).
 BUCKET_COLLECTION_PREFIX = "jobs_b"  # jobs_b0 .. jobs_b{N-1}
 LOCATOR_COLLECTION = "locator"  # (biz_type, job_id) -> bucket, O(1)

@@ -17,8 +17,19 @@ from pathlib import Path
 from timer_service.api.server import serve
 from timer_service.clock import SystemClock
 from timer_service.metric_specs import ROLES
-from timer_service.processes.build import build_api, build_broker, build_daemon, build_scheduler
-from timer_service.processes.commands import base_lifecycle, started, store_and_queue
+from timer_service.processes.build import (
+    build_api,
+    build_broker,
+    build_canary,
+    build_daemon,
+    build_scheduler,
+)
+from timer_service.processes.commands import (
+    add_canary,
+    base_lifecycle,
+    started,
+    store_and_queue,
+)
 from timer_service.processes.dependencies import instance_id, real_dependencies
 from timer_service.processes.lifecycle import Lifecycle
 from timer_service.queue.base import DispatchQueue
@@ -45,12 +56,23 @@ def banner(settings: Settings, store_desc: str, queue_desc: str) -> str:
             f"  store: {store_desc}",
             f"  queue: {queue_desc}",
             f"  docs:  {base}/docs   metrics: {base}/metrics",
+            f"  canary: {canary_line(settings)}",
             "  try:",
             f"    curl -s -X PUT {base}/v1/biz-types/demo{auth}{json} "
             '-d \'{"callback_url": "http://127.0.0.1:9000/callback"}\'',
             f"    curl -s -X POST {base}/v1/jobs{auth}{json} "
             '-d \'{"biz_type": "demo", "delay_ms": 5000, "payload": {"hello": "world"}}\'',
         ]
+    )
+
+
+def canary_line(settings: Settings) -> str:
+    if settings.canary_interval_ms == 0:
+        return "off (TIMER_CANARY_INTERVAL_MS=0)"
+    every_s = settings.canary_interval_ms / 1000
+    return (
+        f"every {every_s:g} s to {settings.canary_url_or_default()}"
+        " (timer_canary_last_success_timestamp_seconds on /metrics)"
     )
 
 
@@ -98,6 +120,8 @@ async def _run_roles(
     store_and_queue(life, deps)
     life.add("daemon", daemon.start, daemon.stop)
     life.add("broker", broker.start, broker.stop)
+    # Its callbacks come to this process's own API port (Settings.canary_url_or_default).
+    add_canary(life, build_canary(settings, deps, on_jobs_written=nudge))
     life.add("startup done", started())
 
     def listening() -> None:

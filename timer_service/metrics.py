@@ -18,6 +18,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from timer_service.metric_specs import ROLES, SPECS, MetricSpec, Role
+from timer_service.model import is_reserved
 
 __all__ = ["CONTENT_TYPE_LATEST", "HTTP_METHODS", "UNMATCHED_ROUTE", "Metrics", "render"]
 
@@ -43,6 +44,10 @@ class Metrics:
     Each process creates one for its role (`dev` for all three, shared); a method
     whose metric belongs to another role does nothing, so code shared between roles
     (the store adapters, the scheduler) may call any of them.
+
+    A reserved biz type (the canary's, `model.is_reserved`) gets no series of any
+    per-biz-type metric: filtered here, once, so no caller need remember; the canary
+    has metrics of its own (`canary_arrived`).
     """
 
     def __init__(
@@ -61,7 +66,7 @@ class Metrics:
 
     # -- API
     def job_created(self, biz_type: str, count: int = 1) -> None:
-        self._m["timer_jobs_created"].labels(biz_type).inc(count)
+        self._of("timer_jobs_created", biz_type).inc(count)
 
     def api_inflight(self, count: int) -> None:
         self._m["timer_api_requests_inflight"].set(count)
@@ -70,7 +75,7 @@ class Metrics:
         self._m["timer_api_requests_shed"].inc()
 
     def registrations_over_quota(self, biz_type: str, count: int = 1) -> None:
-        self._m["timer_registrations_over_quota"].labels(biz_type).inc(count)
+        self._of("timer_registrations_over_quota", biz_type).inc(count)
 
     def http_request(self, method: str, route: str, status: int, duration_s: float) -> None:
         """One answered API request; `route` is the route's template, never the raw path."""
@@ -80,8 +85,8 @@ class Metrics:
 
     # -- daemon
     def job_dispatched(self, biz_type: str, lateness_s: float) -> None:
-        self._m["timer_jobs_dispatched"].labels(biz_type).inc()
-        self._m["timer_dispatch_lateness_seconds"].labels(biz_type).observe(max(0.0, lateness_s))
+        self._of("timer_jobs_dispatched", biz_type).inc()
+        self._of("timer_dispatch_lateness_seconds", biz_type).observe(max(0.0, lateness_s))
 
     def scan_lag(self, seconds: float) -> None:
         self._m["timer_scan_lag_seconds"].set(max(0.0, seconds))
@@ -100,46 +105,44 @@ class Metrics:
         that only the leader's figures are ever exported."""
         self._m["timer_jobs_by_state"].clear()
         for (biz_type, state), count in counts.items():
-            self._m["timer_jobs_by_state"].labels(biz_type, state).set(count)
+            self._of("timer_jobs_by_state", biz_type, state).set(count)
 
     def publish_failed(self) -> None:
         self._m["timer_publish_failures"].inc()
 
     def job_reconciled(self, biz_type: str) -> None:
-        self._m["timer_jobs_reconciled"].labels(biz_type).inc()
+        self._of("timer_jobs_reconciled", biz_type).inc()
 
     # -- broker
     def callback_sent(self, biz_type: str, attempt: int, lateness_s: float) -> None:
         if attempt == 1:
-            self._m["timer_delivery_lateness_seconds"].labels(biz_type).observe(
-                max(0.0, lateness_s)
-            )
+            self._of("timer_delivery_lateness_seconds", biz_type).observe(max(0.0, lateness_s))
 
     def callback_early(self, biz_type: str, early_s: float) -> None:
         """A callback went out before its due time (or a retry's next_attempt_at), by
         this process's clock: must never happen; the amount goes to the histogram."""
-        self._m["timer_callbacks_early"].labels(biz_type).inc()
-        self._m["timer_callback_earliness_seconds"].labels(biz_type).observe(early_s)
+        self._of("timer_callbacks_early", biz_type).inc()
+        self._of("timer_callback_earliness_seconds", biz_type).observe(early_s)
 
     def callback_outcome(self, biz_type: str, outcome: str, duration_s: float) -> None:
-        self._m["timer_callbacks"].labels(biz_type, outcome).inc()
-        self._m["timer_callback_duration_seconds"].labels(biz_type).observe(duration_s)
+        self._of("timer_callbacks", biz_type, outcome).inc()
+        self._of("timer_callback_duration_seconds", biz_type).observe(duration_s)
 
     def rate_limited(self, biz_type: str) -> None:
-        self._m["timer_rate_limited"].labels(biz_type).inc()
+        self._of("timer_rate_limited", biz_type).inc()
 
     def message_dropped(self, biz_type: str) -> None:
-        self._m["timer_messages_dropped"].labels(biz_type).inc()
+        self._of("timer_messages_dropped", biz_type).inc()
 
     def message_handed_back(self, biz_type: str) -> None:
-        self._m["timer_messages_handed_back"].labels(biz_type).inc()
+        self._of("timer_messages_handed_back", biz_type).inc()
 
     def clock_lead(self, lead_s: float) -> None:
         self._m["timer_broker_clock_lead_seconds"].set(lead_s)
 
     # -- schedules
     def schedule_run(self, biz_type: str) -> None:
-        self._m["timer_schedule_runs"].labels(biz_type).inc()
+        self._of("timer_schedule_runs", biz_type).inc()
 
     # -- any
     def seconds_restored(self, count: int) -> None:
@@ -155,8 +158,8 @@ class Metrics:
         self._m["timer_broker_consuming"].clear()
         self._m["timer_biz_type_paused"].clear()
         for biz_type, is_paused in paused.items():
-            self._m["timer_broker_consuming"].labels(biz_type).set(1)
-            self._m["timer_biz_type_paused"].labels(biz_type).set(1 if is_paused else 0)
+            self._of("timer_broker_consuming", biz_type).set(1)
+            self._of("timer_biz_type_paused", biz_type).set(1 if is_paused else 0)
 
     def queue_error(self, operation: str) -> None:
         self._m["timer_queue_errors"].labels(operation).inc()
@@ -165,6 +168,13 @@ class Metrics:
         """A canary callback arrived at `at_s` (epoch seconds), `lateness_s` after due."""
         self._m["timer_canary_lateness_seconds"].observe(max(0.0, lateness_s))
         self._m["timer_canary_last_success_timestamp_seconds"].set(at_s)
+
+    def _of(self, name: str, biz_type: str, *labels: str) -> Any:
+        """The series of `biz_type` (and `labels`) of metric `name`; none for a reserved
+        biz type."""
+        if is_reserved(biz_type):
+            return _UNEXPORTED
+        return self._m[name].labels(biz_type, *labels)
 
 
 def _register_runtime_collectors(registry: CollectorRegistry) -> None:

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from timer_service.callback_targets import redact_url
-from timer_service.constants import DEFAULT_RETRY
+from timer_service.constants import DEFAULT_RETRY, RESERVED_BIZ_TYPE_PREFIX
 from timer_service.tracecontext import TraceContext
 
 
@@ -55,6 +55,16 @@ Labels = tuple[tuple[str, str], ...]  # a job's labels as sorted (key, value) pa
 def labels_of(mapping: dict[str, str] | None) -> Labels:
     """Labels in their one spelling: sorted pairs, so equal objects compare equal."""
     return tuple(sorted((mapping or {}).items()))
+
+
+def is_reserved(biz_type: str) -> bool:
+    """A biz type of the service's own (the canary's): never a business's to see."""
+    return biz_type.startswith(RESERVED_BIZ_TYPE_PREFIX)
+
+
+def business_biz_types(bizes: list[BizType]) -> list[BizType]:
+    """Every biz type but the service's own: what a business may see."""
+    return [biz for biz in bizes if not is_reserved(biz.biz_type)]
 
 
 def second_of(ms: int) -> int:

@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     # and how long one beyond that may wait for a slot before its 503.
     api_max_inflight: int = Field(default=64, ge=1)
     api_admission_wait_ms: int = Field(default=1000, ge=0, le=5000)
+    # The canary (docs/operations.md, "Canary"): a job of the service's own every
+    # interval, called back at TIMER_CANARY_URL (default: this API's /canary); 0 = off.
+    canary_interval_ms: int = Field(default=10_000, ge=0)
+    canary_url: str | None = None
 
     @model_validator(mode="after")
     def _tokens_parse(self) -> Self:
@@ -154,6 +158,17 @@ class Settings(BaseSettings):
     @property
     def horizon_ms(self) -> int:
         return self.horizon_days * 86_400_000
+
+    def canary_url_or_default(self) -> str:
+        """Where canary callbacks go: TIMER_CANARY_URL, else this API's own /canary (on
+        127.0.0.1 when it listens on every address)."""
+        if self.canary_url:
+            return self.canary_url
+        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "") else self.http_host
+        if host == "::":
+            host = "::1"
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.http_port}/canary"
 
     def mongo_url_or_default(self) -> str:
         return self.mongo_url or PRODUCTION_MONGO_URL

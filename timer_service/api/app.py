@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from timer_service.api import (
     routes_biz,
+    routes_canary,
     routes_console,
     routes_health,
     routes_jobs,
@@ -119,6 +120,7 @@ def create_app(
         routes_schedules.router,
         routes_console.router,
         routes_health.router,
+        routes_canary.router,
         routes_problems.router,
     ]
     authenticated = [Security(actor_dependency(tokens))]

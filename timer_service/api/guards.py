@@ -91,13 +91,14 @@ def host_allowed(host: str, allowed: Sequence[str]) -> bool:
 
 
 # Probes and Prometheus reach a pod by its IP, whatever names the API answers to; what
-# they read tells a rebinding page nothing.
-HOST_CHECK_EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
+# they read tells a rebinding page nothing. The canary's callback comes by the API
+# Service's name (TIMER_CANARY_URL) and counts only with its signature, which no page has.
+HOST_CHECK_EXEMPT = frozenset({"/healthz", "/readyz", "/metrics", "/canary"})
 
 
 class AllowedHostsMiddleware:
     """Starlette's TrustedHostMiddleware, with a problem document for the refusal, IPv6
-    literals (`[::1]:8080`) read right, and the probe and metrics paths left open."""
+    literals (`[::1]:8080`) read right, and the probe, metrics and canary paths left open."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
         self.app = app

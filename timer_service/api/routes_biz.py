@@ -31,7 +31,7 @@ from timer_service.api.schemas import (
 from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN
 from timer_service.errors import VersionMismatch
-from timer_service.model import BizType
+from timer_service.model import business_biz_types
 from timer_service.signing import generate_secret
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
@@ -185,7 +185,7 @@ async def rotate_secret(biz_type: BizTypePath, request: Request, ctx: Context) -
     response_model=BizTypeListOut,
 )
 async def list_biz_types(ctx: Context) -> Response:
-    items: list[BizType] = await ctx.store.biz_types.list_biz_types()
+    items = business_biz_types(await ctx.store.biz_types.list_biz_types())
     now = ctx.clock.now_ms()
     return JSONResponse({"items": [biz.to_public(now) for biz in items]})
 

@@ -18,7 +18,7 @@ from timer_service.audit import AuditAction
 from timer_service.bulk import BulkRequest, run_bulk
 from timer_service.constants import BIZ_TYPE_PATTERN, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 from timer_service.errors import InvalidInput
-from timer_service.model import BizType, JobState, labels_of
+from timer_service.model import BizType, JobState, business_biz_types, labels_of
 from timer_service.scheduling import Scheduler
 from timer_service.search import BulkAction, JobFilter
 from timer_service.stats import LATENESS_WINDOW_MS, biz_stats
@@ -159,7 +159,7 @@ async def stats_of(
 async def stats(
     ctx: Context,
 ) -> Response:
-    bizes = await ctx.store.biz_types.list_biz_types()
+    bizes = business_biz_types(await ctx.store.biz_types.list_biz_types())
     at = ctx.clock.now_ms()
     return JSONResponse({"at": at, "items": await stats_of(ctx, bizes, None)})
 

@@ -17,7 +17,10 @@ from daemon.app import Daemon
 from daemon.schedule_hook import ScheduleHook
 from timer_service import wiring
 from timer_service.api.app import create_app
+from timer_service.callback_targets import TargetPolicy
+from timer_service.canary import Canary
 from timer_service.processes.dependencies import Dependencies
+from timer_service.registration import Registrar
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
 
@@ -49,6 +52,26 @@ def build_api(
     )
 
 
+def build_canary(
+    settings: Settings,
+    deps: Dependencies,
+    *,
+    on_jobs_written: Callable[[Sequence[int]], None] | None = None,
+) -> Canary | None:
+    """The API's canary task, or None when TIMER_CANARY_INTERVAL_MS is 0. It creates its
+    jobs as the API does (`Registrar`), past the quota: the canary is no business's."""
+    if settings.canary_interval_ms == 0:
+        return None
+    registrar = Registrar(deps.store.jobs, deps.metrics, on_jobs_written=on_jobs_written)
+    return Canary(
+        deps.store.biz_types,
+        registrar,
+        deps.clock,
+        interval_ms=settings.canary_interval_ms,
+        callback_url=settings.canary_url_or_default(),
+    )
+
+
 def build_daemon(
     settings: Settings, deps: Dependencies, *, scheduler: Scheduler | None = None
 ) -> Daemon:
@@ -74,4 +97,5 @@ def build_broker(settings: Settings, deps: Dependencies) -> Broker:
         broker_id=deps.instance_id,
         tracing=deps.tracing,
         sender=deps.http_client(deps.clock, settings.callback_target_policy()),
+        own_sender=deps.http_client(deps.clock, TargetPolicy()),
     )

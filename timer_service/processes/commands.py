@@ -8,9 +8,10 @@ import asyncio
 import logging
 
 from timer_service.api.server import serve
+from timer_service.canary import Canary
 from timer_service.metric_specs import API, BROKER, DAEMON
 from timer_service.ops_http import OpsServer
-from timer_service.processes.build import build_api, build_broker, build_daemon
+from timer_service.processes.build import build_api, build_broker, build_canary, build_daemon
 from timer_service.processes.dependencies import Dependencies, real_dependencies
 from timer_service.processes.lifecycle import Action, Lifecycle
 from timer_service.runtime import freeze_startup_heap
@@ -28,6 +29,7 @@ async def run_api(settings: Settings, stop: asyncio.Event) -> None:
     life = base_lifecycle("api", settings, deps)
     # Serving before the unique indexes exist would break idempotent create.
     life.dependency("store", deps.store.setup)
+    add_canary(life, build_canary(settings, deps))
     life.add("startup done", started())
 
     async def serve_http() -> None:
@@ -80,6 +82,12 @@ def base_lifecycle(process: str, settings: Settings, deps: Dependencies) -> Life
     life.add("tracing", stop=close_tracing)
     life.add("store client", stop=deps.store.close)
     return life
+
+
+def add_canary(life: Lifecycle, canary: Canary | None) -> None:
+    """The canary's task, once the store is set up (none when it is off)."""
+    if canary is not None:
+        life.add("canary", canary.start, canary.stop)
 
 
 def store_and_queue(life: Lifecycle, deps: Dependencies) -> None:
