@@ -17,6 +17,7 @@ from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.jobs import JobsPort
 from timer_service.store.ports.leases import LeasesPort
 from timer_service.store.ports.outcomes import OutcomesPort
+from timer_service.store.ports.tokens import TokensPort
 
 
 class Store(Protocol):
@@ -44,6 +45,9 @@ class Store(Protocol):
 
     @property
     def audit(self) -> AuditPort: ...
+
+    @property
+    def tokens(self) -> TokensPort: ...
 
     async def setup(self) -> None:
         """Create collections and indexes; idempotent."""

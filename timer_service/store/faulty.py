@@ -44,6 +44,7 @@ from timer_service.store.ports.dispatch import DispatchPort
 from timer_service.store.ports.jobs import JobsPort
 from timer_service.store.ports.leases import LeasesPort
 from timer_service.store.ports.outcomes import OutcomesPort
+from timer_service.store.ports.tokens import TokensPort
 
 When = Literal["before", "after"]
 RandomWhen = Literal["before", "after", "both"]
@@ -57,6 +58,7 @@ PORT_PROTOCOLS: dict[str, type] = {
     "outcomes": OutcomesPort,
     "console": ConsolePort,
     "audit": AuditPort,
+    "tokens": TokensPort,
 }
 
 
@@ -115,6 +117,7 @@ class FaultyStore:
         self.outcomes = cast(OutcomesPort, _FaultyPort(store.outcomes, self))
         self.console = cast(ConsolePort, _FaultyPort(store.console, self))
         self.audit = cast(AuditPort, _FaultyPort(store.audit, self))
+        self.tokens = cast(TokensPort, _FaultyPort(store.tokens, self))
 
     # -- planning ---------------------------------------------------------------------
     def fail(self, method: str, when: When = "before", times: int | None = 1) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from timer_service.store.base import Store
 
-PORTS = ("biz_types", "jobs", "dispatch", "leases", "outcomes", "console", "audit")
+PORTS = ("biz_types", "jobs", "dispatch", "leases", "outcomes", "console", "audit", "tokens")
 
 
 class _CountingPort:

@@ -14,6 +14,7 @@ from timer_service.store.memory.jobs import MemoryJobs
 from timer_service.store.memory.leases import MemoryLeases
 from timer_service.store.memory.outcomes import MemoryOutcomes
 from timer_service.store.memory.state import MemoryState
+from timer_service.store.memory.tokens import MemoryTokens
 
 
 class MemoryStore:
@@ -36,6 +37,7 @@ class MemoryStore:
         self.outcomes = MemoryOutcomes(self.state)
         self.console = MemoryConsole(self.state)
         self.audit = MemoryAudit(retention_ms)
+        self.tokens = MemoryTokens()
 
     def sibling(self) -> MemoryStore:
         """Another process's adapter over the same data: its own dispatch scope

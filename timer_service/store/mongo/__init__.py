@@ -22,6 +22,7 @@ from timer_service.store.mongo.leases import MongoLeases
 from timer_service.store.mongo.moves import Mover
 from timer_service.store.mongo.outcomes import MongoOutcomes
 from timer_service.store.mongo.schema import ensure_schema
+from timer_service.store.mongo.tokens import MongoTokens
 
 
 def durable_writes(url: str) -> dict[str, Any]:
@@ -114,6 +115,7 @@ class MongoStore:
         self.jobs = translated(MongoJobs(acknowledged, mover))
         self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
         self.audit = translated(MongoAudit(acknowledged))
+        self.tokens = translated(MongoTokens(acknowledged))
         self.dispatch = translated(MongoDispatch(self.layout))
         leases_layout = Layout(
             self._leases_client, db_name, buckets, retention_ms, partitions=partitions
