@@ -69,6 +69,13 @@ class Grant:
     def unrestricted(self) -> bool:
         return not self.biz_types
 
+    @property
+    def only_biz_type(self) -> str | None:
+        """The one biz type this grant covers, when it names exactly one."""
+        if len(self.biz_types) == 1 and not self.biz_types[0].endswith("*"):
+            return self.biz_types[0]
+        return None
+
     def allows(self, role: Role) -> bool:
         return self.role.includes(role)
 

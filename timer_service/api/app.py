@@ -18,11 +18,13 @@ from timer_service.api import (
     routes_jobs,
     routes_problems,
     routes_schedules,
+    routes_tokens,
 )
+from timer_service.api.access import check_declared
 from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
-from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
+from timer_service.api.auth import BearerAuthMiddleware, bearer_scheme
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import GATED_RESPONSES, install_openapi, operation_id
+from timer_service.api.docs import GATED_RESPONSES, install_openapi, operation_id, problems
 from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
 from timer_service.api.observe import ObserveMiddleware
@@ -35,6 +37,7 @@ from timer_service.api.problems import (
     on_request_validation,
 )
 from timer_service.api.query_params import refuse_unknown_query
+from timer_service.api.token_table import TokenTable
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
 from timer_service.metrics import Metrics
@@ -112,27 +115,31 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    tokens = Tokens(settings.named_tokens())
+    tokens = TokenTable(store.tokens, clock, settings.named_tokens())
     routers = [
         routes_biz.router,
         routes_jobs.router,
         routes_schedules.router,
         routes_console.router,
+        routes_tokens.router,
         routes_health.router,
         routes_problems.router,
     ]
-    authenticated = [Security(actor_dependency(tokens))]
+    authenticated = [Security(bearer_scheme)]  # the OpenAPI's scheme; checks: BearerAuth
     query_checked = [Depends(refuse_unknown_query)]
     for router in routers:
         if router.prefix.startswith("/v1"):  # behind auth and the admission gate
             app.include_router(
-                router, dependencies=[*authenticated, *query_checked], responses=GATED_RESPONSES
+                router,
+                dependencies=[*authenticated, *query_checked],
+                responses={**problems(401, 403), **GATED_RESPONSES},
             )
         else:
             app.include_router(router, dependencies=query_checked)
     api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
     ]
+    check_declared(api_routes, "/v1")  # every /v1 route says which role it needs
     app.state.route_methods = [
         (route.path_regex, frozenset(route.methods or ())) for route in api_routes
     ]
@@ -163,4 +170,5 @@ def create_app(
     # What the handlers' dependencies read (api/context.py: `Context`, `SchedulerDep`).
     app.state.context = ctx
     app.state.scheduler = scheduler
+    app.state.tokens = tokens
     return app
