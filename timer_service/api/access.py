@@ -53,10 +53,13 @@ class Requirement:
 
     role: Role
     biz_from: BizFrom
+    every_biz_type: bool = False  # the grant must cover every biz type (token management)
 
     async def __call__(self, request: Request) -> Grant:
         grant = grant_of(request)
         check_role(grant, self.role)
+        if self.every_biz_type and not grant.unrestricted:
+            raise forbidden(f"Token {grant.name!r} covers some biz types only.")
         if self.biz_from == "path":
             check_biz_type(grant, str(request.path_params.get("biz_type", "")))
         elif self.biz_from == "query":
@@ -66,10 +69,10 @@ class Requirement:
         return grant
 
 
-def requires(role: Role, biz_from: BizFrom = "none") -> Any:
-    """The dependency that declares a route's access: use it as the type of a `grant`
-    parameter (`Annotated[Grant, requires(...)]`) or in the route's `dependencies`."""
-    return Depends(Requirement(role, biz_from))
+def requires(role: Role, biz_from: BizFrom = "none", *, every_biz_type: bool = False) -> Any:
+    """The dependency that declares a route's access: in the route's `dependencies`, or
+    as a `grant` parameter (`Annotated[Grant, requires(...)]`)."""
+    return Depends(Requirement(role, biz_from, every_biz_type))
 
 
 def requirement_of(route: APIRoute) -> Requirement | None:

@@ -140,6 +140,7 @@ def create_app(
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
     ]
     check_declared(api_routes, "/v1")  # every /v1 route says which role it needs
+    app.state.api_routes = api_routes
     app.state.route_methods = [
         (route.path_regex, frozenset(route.methods or ())) for route in api_routes
     ]
