@@ -175,3 +175,16 @@ async def test_the_forbidden_problem_type_is_described(make_api: Callable[..., A
     api = await make_api()
     got = expect(await api.request("GET", "/problems/forbidden"), 200)
     assert "role" in str(got), got
+
+
+async def test_the_openapi_documents_401_and_403_on_every_v1_operation(
+    make_api: Callable[..., Any],
+) -> None:
+    api = await make_api(api_token=BOOT)
+    schema = expect(await api.request("GET", "/openapi.json"), 200)
+    v1 = {path: ops for path, ops in schema["paths"].items() if path.startswith("/v1")}
+    assert {"/v1/tokens", "/v1/tokens/{token_id}", "/v1/tokens/self"} <= v1.keys(), v1.keys()
+    for path, ops in v1.items():
+        for method, op in ops.items():
+            missing = {"401", "403"} - op["responses"].keys()
+            assert not missing, f"{method.upper()} {path} does not document {missing}"

@@ -57,7 +57,9 @@ Every error is an RFC 9457 problem document (`application/problem+json`) whose `
 Request bodies are JSON only (`Content-Type: application/json`, else 415) and validated
 strictly: unknown fields, numbers with a fraction for integers, and integer times before
 2001 in ms (seconds given for ms) are 422s naming the field. With a token configured,
-every `/v1` path needs `Authorization: Bearer <token>` (the `bearerAuth` scheme).
+every `/v1` path needs `Authorization: Bearer <token>` (the `bearerAuth` scheme): 401
+without a valid one, 403 (`/problems/forbidden`) when its role or biz types do not allow
+the request.
 """
 
 TAGS = [
@@ -67,6 +69,11 @@ TAGS = [
     {
         "name": "console",
         "description": "For operators: bulk cancel and replay by filter, the audit log, stats.",
+    },
+    {
+        "name": "tokens",
+        "description": "Access tokens: a role and the biz types it covers (docs/api.md,"
+        ' "Access control"); 401 without a valid token, 403 outside its rights.',
     },
     {
         "name": "health",
