@@ -51,6 +51,11 @@ async def test_the_audit_log_names_the_token(make_api: Callable[..., Any]) -> No
     expect(await api.request("DELETE", f"/v1/jobs/{IN}/j1", headers=bearer(made["token"])), 200)
     page = expect(await api.request("GET", "/v1/audit", headers=bearer(BOOT)), 200)
     assert page["items"][0]["actor"] == "orders-team", page["items"][0]
+    made_entry = page["items"][1]
+    assert (made_entry["action"], made_entry["actor"]) == ("token.create", "default"), made_entry
+    assert made_entry["detail"]["id"] == made["id"] and "tmr_" not in str(page), made_entry
+    scoped = expect(await api.request("GET", "/v1/audit", headers=bearer(made["token"])), 200)
+    assert "token.create" not in str(scoped), "token entries are for admins of every biz type"
 
 
 async def test_creating_a_token_while_the_api_is_open_is_409(

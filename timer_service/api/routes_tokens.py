@@ -16,6 +16,7 @@ from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
 from timer_service.api.token_schemas import NewTokenOut, TokenIn, TokenListOut, WhoAmIOut
 from timer_service.api.token_table import TokenTable
+from timer_service.audit import ALL_BIZ_TYPES, AuditAction
 
 router = APIRouter(prefix="/v1", tags=["tokens"], responses=problems(401, 500))
 
@@ -57,6 +58,7 @@ async def create_token(ctx: Context, request: Request) -> Response:
     )
     await ctx.store.tokens.create_token(token)
     table.invalidate()
+    await ctx.audit(request, AuditAction.TOKEN_CREATE, ALL_BIZ_TYPES, detail=token.to_public())
     headers = {"Location": f"/v1/tokens/{token.id}"}
     return JSONResponse({**token.to_public(), "token": secret}, 201, headers=headers)
 
@@ -92,4 +94,5 @@ async def delete_token(ctx: Context, request: Request, token_id: TokenIdPath) ->
     if not await ctx.store.tokens.delete_token(token_id):
         raise Problem(404, f"No token {token_id!r}.")
     token_table(request).invalidate()
+    await ctx.audit(request, AuditAction.TOKEN_DELETE, ALL_BIZ_TYPES, detail={"id": token_id})
     return Response(status_code=204)
