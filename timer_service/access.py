@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from timer_service.constants import BIZ_TYPE_PATTERN
 
 TOKEN_PREFIX = "tmr_"  # so that secret scanners find a leaked token
-TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+# 1 to 64 characters, no control character, no space at either end.
+TOKEN_NAME_PATTERN = r"^\S(?:[^\x00-\x1f\x7f]{0,62}\S)?$"
 MAX_SCOPE_ENTRIES = 100
 # A biz type, or a prefix of one ending in `*` ("*" alone: every biz type).
 SCOPE_ENTRY_RE = re.compile(rf"(?:{BIZ_TYPE_PATTERN[1:-1]})|(?:[a-z0-9][a-z0-9_.-]{{0,62}})?\*")

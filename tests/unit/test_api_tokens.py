@@ -81,6 +81,8 @@ async def test_creating_a_token_while_the_api_is_open_is_409(
         ({"name": "x", "role": "viewer", "biz_types": ["**"]}, "biz_types"),
         ({"name": "x", "role": "viewer", "biz_types": [7]}, "biz_types"),
         ({"name": "", "role": "viewer", "biz_types": [IN]}, "name"),
+        ({"name": " padded", "role": "viewer", "biz_types": [IN]}, "name"),
+        ({"name": "line\nbreak", "role": "viewer", "biz_types": [IN]}, "name"),
         ({"name": "x", "role": "viewer", "biz_types": [IN], "token": "mine"}, "token"),
     ],
 )
