@@ -42,6 +42,7 @@ class TokenTable:
         }
         self._stored: dict[str, tuple[str, Grant]] = {}
         self._loaded_at: float | None = None
+        self._next_try = 0.0  # after a failed read: no other before this (monotonic s)
         self._lock = asyncio.Lock()
 
     @property
@@ -76,15 +77,22 @@ class TokenTable:
             started = self._clock.monotonic_s()
             if self._loaded_at is not None and started - self._loaded_at < MISS_REFRESH_S:
                 return
+            if started < self._next_try:  # the store failed a moment ago: not every request
+                self._refuse_if_stale(started)
+                return
             try:
                 tokens = await self._port.list_tokens()
             except StoreUnavailable:
-                if self._loaded_at is None or started - self._loaded_at >= STALE_LIMIT_S:
-                    raise
+                self._next_try = started + MISS_REFRESH_S
+                self._refuse_if_stale(started)
                 log.warning("token table not refreshed: the store did not answer")
                 return
             self._stored = {t.token_hash: (t.token_hash, t.grant) for t in tokens}
             self._loaded_at = started
+
+    def _refuse_if_stale(self, now: float) -> None:
+        if self._loaded_at is None or now - self._loaded_at >= STALE_LIMIT_S:
+            raise StoreUnavailable("the token table is too old to trust and cannot be read")
 
 
 def _confirmed(table: Mapping[str, tuple[str, Grant]], digest: str) -> Grant | None:
