@@ -64,7 +64,7 @@ async def one_run(
                 for i in range(start, min(jobs, start + 1000))
             ]
             await store.jobs.create_jobs(batch, now)
-        claimed = await store.dispatch.claim_due(second_of(due), now, uuid.uuid4().hex, 1, now)
+        claimed = await store.scan.claim_due(second_of(due), now, uuid.uuid4().hex, 1, now)
         assert len(claimed) == jobs, f"claimed {len(claimed)} of {jobs}"
         for start in range(0, jobs, 1000):
             await queue.publish(claimed[start : start + 1000])

@@ -83,7 +83,7 @@ async def one_run(
                 got: list[Claimed] = []
                 for s in sorted({second_of(due[i]) for i in g}):
                     upto = min(due[g[-1]], s * 1000 + 999)
-                    got += await store.dispatch.claim_due(s, upto, f"c{n}", 1, now + n)
+                    got += await store.scan.claim_due(s, upto, f"c{n}", 1, now + n)
                 claimed.append(got)
 
         async def mark() -> None:

@@ -20,6 +20,7 @@ from broker.lane import Lane
 from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import OutcomeWriter
 from broker.ownership import plan
+from broker.ports import BrokerPorts
 from broker.sender import Sender
 from broker.skew import SkewGuard
 from timer_service.clock import Clock
@@ -29,7 +30,6 @@ from timer_service.model import BizType
 from timer_service.queue.base import Consumer, Delivery, DispatchQueue
 from timer_service.runtime import cancel_and_wait, raise_if_cancelling
 from timer_service.settings import Settings
-from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class Broker:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: BrokerPorts,
         queue: DispatchQueue,
         metrics: Metrics,
         clock: Clock,
@@ -59,8 +59,10 @@ class Broker:
         self._clock = clock
         self.broker_id = broker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sender = sender or Sender(clock, settings.callback_target_policy())
-        self._outcomes = OutcomeWriter(store, metrics, clock)
-        self._marks = MarkWriter(store, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S)
+        self._outcomes = OutcomeWriter(store.outcomes, metrics, clock)
+        self._marks = MarkWriter(
+            store.outcomes, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S
+        )
         self.skew = SkewGuard()
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
@@ -126,7 +128,7 @@ class Broker:
         if self._beating is not None:
             await cancel_and_wait([self._beating], TASK_STOP_TIMEOUT_S, "broker", self._clock)
         with contextlib.suppress(Exception):
-            await self._store.leases.broker_gone(self.broker_id)
+            await self._store.brokers.broker_gone(self.broker_id)
         log.info("broker stopped", extra={"broker_id": self.broker_id})
 
     @property
@@ -142,7 +144,7 @@ class Broker:
         now = self._clock.now_ms()
         live = {
             beat.broker_id: beat.consuming
-            for beat in await self._store.leases.broker_beats()
+            for beat in await self._store.brokers.broker_beats()
             if beat.left_ms(now) > 0
         }
         todo = plan(self.broker_id, current, set(self._lanes), live)
@@ -173,7 +175,6 @@ class Broker:
     async def _add_lane(self, biz: BizType, handover: bool = False) -> None:
         lane = Lane(
             biz,
-            store=self._store,
             sender=self._sender,
             outcomes=self._outcomes,
             metrics=self._metrics,
@@ -235,7 +236,7 @@ class Broker:
             {name: lane.biz.paused for name, lane in self._lanes.items()}
         )
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
-        store_ms = await self._store.leases.broker_heartbeat(
+        store_ms = await self._store.brokers.broker_heartbeat(
             self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)
         )
         self.skew.observe(self._clock.now_ms(), store_ms)

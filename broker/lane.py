@@ -64,7 +64,6 @@ from timer_service.metrics import Metrics
 from timer_service.model import BizType, job_key
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
@@ -91,7 +90,6 @@ class Lane:
         self,
         biz: BizType,
         *,
-        store: Store,
         sender: Sender,
         outcomes: OutcomeWriter,
         metrics: Metrics,
@@ -101,7 +99,7 @@ class Lane:
         max_hold_ms: int | None = None,
         tracing: Tracing = NO_TRACING,
         handover: bool = False,
-        marks: MarkWriter | None = None,
+        marks: MarkWriter,
     ) -> None:
         self.biz = biz
         # Made to take the stream over from a live broker (broker/ownership.py): the
@@ -112,10 +110,9 @@ class Lane:
         self._hold_bound = HoldBound(max_hold_ms)
         self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
-        self._store = store
         self._sender = sender
         self._outcomes = outcomes
-        self._marks = marks or MarkWriter(store, metrics, clock, broker_id)
+        self._marks = marks
         self._metrics = metrics
         self._clock = clock
         # On the clock sends are stamped by (`fired_at`, the contract's send time), not

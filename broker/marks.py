@@ -28,7 +28,7 @@ from timer_service.dispatch import SendRef, new_send_token
 from timer_service.metrics import Metrics
 from timer_service.model import Job, job_key
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import Store
+from timer_service.store.ports.outcomes import OutcomesPort
 
 GATHER_TURNS = 3  # event-loop turns the first ask waits for the others of its moment
 # ... and, in a broker, this long: lanes wake for the same beat up to a millisecond or
@@ -48,14 +48,14 @@ class _Ask:
 class MarkWriter:
     def __init__(
         self,
-        store: Store,
+        outcomes: OutcomesPort,
         metrics: Metrics,
         clock: Clock,
         broker_id: str,
         give_up_after_s: float = GIVE_UP_AFTER_S,
         gather_s: float = 0.0,
     ) -> None:
-        self._store = store
+        self._outcomes = outcomes
         self._metrics = metrics
         self._clock = clock
         self._broker_id = broker_id
@@ -107,7 +107,7 @@ class MarkWriter:
         try:
             jobs = await retried(
                 "start_sending",
-                lambda: self._store.outcomes.start_sending(refs, token, self._clock.now_ms()),
+                lambda: self._outcomes.start_sending(refs, token, self._clock.now_ms()),
                 self._metrics,
                 self._clock,
                 self._give_up_after_s,

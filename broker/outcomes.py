@@ -23,7 +23,7 @@ from timer_service.dispatch import Outcome
 from timer_service.metrics import Metrics
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
-from timer_service.store.base import Store
+from timer_service.store.ports.outcomes import OutcomesPort
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,12 @@ class Pending:
 class OutcomeWriter:
     def __init__(
         self,
-        store: Store,
+        outcomes: OutcomesPort,
         metrics: Metrics,
         clock: Clock,
         give_up_after_s: float = GIVE_UP_AFTER_S,
     ) -> None:
-        self._store = store
+        self._outcomes_port = outcomes
         self._metrics = metrics
         self._clock = clock
         self._give_up_after_s = give_up_after_s
@@ -146,7 +146,7 @@ class OutcomeWriter:
             try:
                 await retried(
                     "record_outcomes",
-                    lambda: self._store.outcomes.record_outcomes(outcomes, self._clock.now_ms()),
+                    lambda: self._outcomes_port.record_outcomes(outcomes, self._clock.now_ms()),
                     self._metrics,
                     self._clock,
                     self._give_up_after_s,

@@ -12,6 +12,7 @@ import uuid
 
 from daemon.lease import Term
 from daemon.partition_lease import PartitionLeases
+from daemon.ports import DaemonPorts
 from daemon.publisher import ClaimTokens, Publisher
 from daemon.reconciler import Reconciler
 from daemon.rounds import Rounds
@@ -25,7 +26,6 @@ from timer_service.model import JobState
 from timer_service.queue.base import DispatchQueue
 from timer_service.runtime import cancel_and_wait, raise_if_cancelling
 from timer_service.settings import Settings
-from timer_service.store.base import Store
 from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class Daemon:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: DaemonPorts,
         queue: DispatchQueue,
         metrics: Metrics,
         clock: Clock,
@@ -61,7 +61,7 @@ class Daemon:
         self.clock = clock
         self.holder_id = holder_id or default_holder_id()
         self.claims = claims = Rounds(
-            store.dispatch,
+            store.rounds,
             ClaimTokens(self.holder_id),
             clock,
             metrics,
@@ -85,8 +85,8 @@ class Daemon:
         self._schedules_repaired_ms: int | None = None
         self.scanner = Scanner(
             scan_config or ScanConfig.from_settings(settings),
-            store.dispatch,
-            store.leases,
+            store.scan,
+            store.pointers,
             self.publisher,
             self.lease,
             clock,
@@ -94,8 +94,8 @@ class Daemon:
             claims,
         )
         self.reconciler = Reconciler(
-            store.dispatch,
-            store.leases,
+            store.reconcile,
+            store.brokers,
             self.publisher,
             self.lease,
             clock,
@@ -105,7 +105,7 @@ class Daemon:
             durable_queue=queue.durable,
         )
         self.sweeper = OverdueSweeper(
-            store.dispatch,
+            store.sweep,
             self.lease,
             clock,
             metrics,
@@ -195,7 +195,7 @@ class Daemon:
         term = self.lease.current()
         # Every later dispatch call (scan, claims, sweeps, the watch) covers exactly
         # the partitions this term works.
-        self.store.dispatch.own(None if term is None else term.partitions)
+        self.store.scan.own(None if term is None else term.partitions)
         self.scanner.wake.set()
         self._lease_event.set()
         self._watch_wakeup.set()
@@ -211,7 +211,7 @@ class Daemon:
             for biz in await self.store.biz_types.list_biz_types()
             for state in SAMPLED_STATES
         }
-        for key, count in (await self.store.dispatch.count_jobs(SAMPLED_STATES)).items():
+        for key, count in (await self.store.counts.count_jobs(SAMPLED_STATES)).items():
             counts[key] = count
         if self.leads_partition_zero:
             self.metrics.jobs_by_state(counts)
@@ -272,7 +272,7 @@ class Daemon:
                 await self._watch_wakeup.wait()
                 continue
             try:
-                async for second in self.store.dispatch.watch_seconds(self._stop_watch):
+                async for second in self.store.scan.watch_seconds(self._stop_watch):
                     self.scanner.nudge(second)
                     delay_s = 0.5
                     if not self.lease.is_leader:

@@ -34,8 +34,8 @@ from daemon.rounds import Rounds
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
 from timer_service.model import Job
-from timer_service.store.ports.dispatch import DispatchPort
-from timer_service.store.ports.leases import LeasesPort
+from timer_service.store.ports.brokers import BrokersPort
+from timer_service.store.ports.reconcile import ReconcilePort
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 class Reconciler:
     def __init__(
         self,
-        dispatch: DispatchPort,
-        leases: LeasesPort,
+        reconcile: ReconcilePort,
+        brokers: BrokersPort,
         publisher: Publisher,
         lease: Lead,
         clock: Clock,
@@ -55,8 +55,8 @@ class Reconciler:
         page: int = 1000,
         max_pages: int = 10,
     ) -> None:
-        self._dispatch = dispatch
-        self._leases = leases
+        self._reconcile = reconcile
+        self._brokers = brokers
         self._publisher = publisher
         self._lease = lease
         self._clock = clock
@@ -137,26 +137,26 @@ class Reconciler:
         if takeover and not self._durable_queue:
             total += await self._republish(
                 term,
-                lambda old_before: self._dispatch.find_stale_dispatched(
+                lambda old_before: self._reconcile.find_stale_dispatched(
                     started, self._page, unmarked_only=True
                 ),
             )
         if takeover:
             total += await self._republish(
                 term,
-                lambda old_before: self._dispatch.find_unpublished(
+                lambda old_before: self._reconcile.find_unpublished(
                     started, self._page, fence_below=term.fence
                 ),
             )
         total += await self._republish(
-            term, lambda old_before: self._dispatch.find_unpublished(old_before, self._page)
+            term, lambda old_before: self._reconcile.find_unpublished(old_before, self._page)
         )
         if self._lease.current() != term:
             return total
         total += await self._resend_for_the_dead(term, holders)
         total += await self._republish(
             term,
-            lambda old_before: self._dispatch.find_stale_dispatched(
+            lambda old_before: self._reconcile.find_stale_dispatched(
                 old_before, self._page, claimed_before_by_biz=holders.oldest_held
             ),
         )
@@ -165,7 +165,7 @@ class Reconciler:
     async def _holders(self) -> Holders:
         """The brokers' heartbeats, judged; the next look is due when the first live
         broker would turn dead if it beat no more (none live: the next sweep)."""
-        holders = judge(await self._leases.broker_beats(), self._clock.now_ms())
+        holders = judge(await self._brokers.broker_beats(), self._clock.now_ms())
         death_ms = holders.next_death_ms
         self._next_holders_check_ms = (
             self._next_sweep_ms if death_ms is None else min(self._next_sweep_ms, death_ms)
@@ -178,17 +178,17 @@ class Reconciler:
         if not holders.dead:
             return 0
         dead = holders.dead
-        found = await self._dispatch.find_sent_by(dead, self._page)
+        found = await self._reconcile.find_sent_by(dead, self._page)
         if not found:
             for broker_id in dead:
-                await self._leases.broker_gone(broker_id)
+                await self._brokers.broker_gone(broker_id)
             return 0
         log.warning(
             "resending what dead brokers had started",
             extra={"brokers": sorted(dead), "count": len(found)},
         )
         return await self._republish(
-            term, lambda old_before: self._dispatch.find_sent_by(dead, self._page)
+            term, lambda old_before: self._reconcile.find_sent_by(dead, self._page)
         )
 
     async def _republish(self, term: Term, find: Callable[[int], Awaitable[list[Job]]]) -> int:
@@ -202,7 +202,7 @@ class Reconciler:
                 break
             self._last_reclaim_ms = now  # before the call: a lost reply has reclaimed too
             token = await self._claims.take(term.fence)
-            claimed = await self._dispatch.reclaim(todo, token, term.fence, now)
+            claimed = await self._reconcile.reclaim(todo, token, term.fence, now)
             if claimed:
                 for job in claimed:
                     log.info(

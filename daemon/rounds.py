@@ -1,7 +1,7 @@
 """Claim tokens whose round is open before any claim uses them.
 
 A round is the store's record that claims under a token may exist whose
-messages the queue has not confirmed yet (`DispatchPort.open_round`); the
+messages the queue has not confirmed yet (`RoundsPort.open_round`); the
 publisher closes it once every message of the claim is confirmed. A round left
 open names jobs claimed and never published (the daemon died between the two,
 or a claim's reply was lost): the reconciler republishes them. One record per
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from daemon.publisher import ClaimTokens
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
-from timer_service.store.ports.dispatch import DispatchPort
+from timer_service.store.ports.rounds import RoundsPort
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,13 @@ class _Spare:
 class Rounds:
     def __init__(
         self,
-        dispatch: DispatchPort,
+        rounds: RoundsPort,
         tokens: ClaimTokens,
         clock: Clock,
         metrics: Metrics,
         max_spare_age_ms: int,
     ) -> None:
-        self._dispatch = dispatch
+        self._rounds = rounds
         self._tokens = tokens
         self._clock = clock
         self._metrics = metrics
@@ -110,7 +110,7 @@ class Rounds:
         if not closing:
             return
         try:
-            await self._dispatch.close_rounds(closing)
+            await self._rounds.close_rounds(closing)
         except Exception as exc:
             self._metrics.store_error("close_rounds")
             log.warning("closing claim rounds failed", extra={"error": repr(exc)})
@@ -129,7 +129,7 @@ class Rounds:
     async def _open(self, token: str, fence: int, now: int) -> None:
         closing, self._closing = self._closing, set()
         try:
-            await self._dispatch.open_round(token, fence, now, closing)
+            await self._rounds.open_round(token, fence, now, closing)
         except Exception:
             self._closing |= closing  # still to close, next time
             raise

@@ -34,8 +34,8 @@ from timer_service.errors import LeaseLost
 from timer_service.metrics import Metrics
 from timer_service.model import second_of
 from timer_service.partitions import pointer_name
-from timer_service.store.ports.dispatch import DispatchPort
-from timer_service.store.ports.leases import LeasesPort
+from timer_service.store.ports.pointers import PointersPort
+from timer_service.store.ports.scan import ScanPort
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ class Scanner:
     def __init__(
         self,
         config: ScanConfig,
-        dispatch: DispatchPort,
-        pointers: LeasesPort,
+        scan: ScanPort,
+        pointers: PointersPort,
         publisher: Publisher,
         lease: Lead,
         clock: Clock,
@@ -57,7 +57,7 @@ class Scanner:
         claims: Rounds,
     ) -> None:
         self.config = config
-        self._dispatch = dispatch
+        self._scan = scan
         self._pointers = pointers
         self._publisher = publisher
         self._lease = lease
@@ -100,7 +100,7 @@ class Scanner:
         if term != self._term and narrowed(self._term, term):
             # Partitions handed back under the same fence: the wheel and loaded seconds
             # stay; claims and releases now cover only what is still owned
-            # (`DispatchPort.own`), so what was loaded of the others is passed over.
+            # (`ScanPort.own`), so what was loaded of the others is passed over.
             self._term = term
         if term != self._term:
             if term is None:
@@ -186,7 +186,7 @@ class Scanner:
     async def _scan_window(self, horizon_s: int) -> None:
         """Load the non-empty seconds up to the horizon; learn the next one beyond it."""
         while True:
-            entries = await self._dispatch.next_seconds(
+            entries = await self._scan.next_seconds(
                 self._scan_from_s, END_OF_TIME_S, self.config.page
             )
             for entry in entries:
@@ -216,7 +216,7 @@ class Scanner:
                 self._start_sweep(held)
                 continue
             try:
-                entries = await self._dispatch.next_seconds(second, second, 1)
+                entries = await self._scan.next_seconds(second, second, 1)
                 if entries:
                     await self._load(entries[0])
                 else:
@@ -235,7 +235,7 @@ class Scanner:
             ranges = [(0, self._backlog_from_s - 1), (self._backlog_to_s + 1, listed_upto_s)]
         for lo, hi in ranges:
             while lo <= hi:
-                entries = await self._dispatch.next_seconds(lo, hi, self.config.page)
+                entries = await self._scan.next_seconds(lo, hi, self.config.page)
                 for entry in entries:
                     if self._backlog is not None and entry.second == self._backlog.entry.second:
                         continue
@@ -255,7 +255,7 @@ class Scanner:
 
     async def _load(self, entry: SecondEntry) -> None:
         """Load a second read at `entry.version` and make the wheel match it."""
-        pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
+        pending = await self._scan.load_second(entry.second, self._require_term().fence)
         held = self._held.get(entry.second)
         if held is None:
             held = self._held[entry.second] = Held(entry)
@@ -285,7 +285,7 @@ class Scanner:
         second = held.entry.second
         fence = self._require_term().fence
         try:
-            released = await self._dispatch.release_second(held.entry, fence)
+            released = await self._scan.release_second(held.entry, fence)
         except LeaseLost:
             raise
         except Exception as exc:
@@ -341,7 +341,7 @@ class Scanner:
                 if held is not None and held.sweep is not None and upto >= second * 1000 + 999:
                     # The final round covers the whole second: read its version first,
                     # so a write that lands after this claim makes the release miss.
-                    entries = await self._dispatch.next_seconds(second, second, 1)
+                    entries = await self._scan.next_seconds(second, second, 1)
                     swept[second] = entries[0] if entries else None
                 got = await self._claim(second, upto, claim_limit(held, self.config.claim_batch))
                 claimed.extend(got)
@@ -389,7 +389,7 @@ class Scanner:
         # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
         self.last_claim_ms = now
         claimed, _ = await asyncio.gather(
-            self._dispatch.claim_due(second, upto_ms, token, term.fence, now, limit),
+            self._scan.claim_due(second, upto_ms, token, term.fence, now, limit),
             self._claims.prepare(term.fence),
         )
         return claimed
@@ -418,9 +418,7 @@ class Scanner:
             if self._backlog is None:
                 # Finding the next backlog second costs no tokens, so the pointer
                 # (and the lag metric) is right from the first iteration.
-                entries = await self._dispatch.next_seconds(
-                    self._backlog_from_s, self._backlog_to_s, 1
-                )
+                entries = await self._scan.next_seconds(self._backlog_from_s, self._backlog_to_s, 1)
                 if not entries:
                     log.info("catch-up done", extra={"upto_s": self._backlog_to_s})
                     self._backlog_from_s = None
@@ -444,18 +442,18 @@ class Scanner:
                 await self._close_backlog_second(current)
 
     async def _open_backlog_second(self, entry: SecondEntry) -> None:
-        pending = await self._dispatch.load_second(entry.second, self._require_term().fence)
+        pending = await self._scan.load_second(entry.second, self._require_term().fence)
         self._backlog = BacklogSecond(entry, sorted(due for _, due in pending))
         self._backlog_from_s = entry.second
 
     async def _close_backlog_second(self, current: BacklogSecond) -> None:
         second = current.entry.second
-        if await self._dispatch.release_second(current.entry, self._require_term().fence):
+        if await self._scan.release_second(current.entry, self._require_term().fence):
             self._backlog = None
             self._backlog_from_s = second + 1
             return
         # Written into meanwhile: reread; what is claimed already no longer shows.
-        entries = await self._dispatch.next_seconds(second, second, 1)
+        entries = await self._scan.next_seconds(second, second, 1)
         if entries:
             await self._open_backlog_second(entries[0])
         else:

@@ -11,7 +11,7 @@ are left to it.
 
 Every `keep_interval_ms` it also asks the store to keep the identity records of
 jobs that live far past their fire time (a biz type paused for days) from
-expiring before them (`DispatchPort.keep_identities`; normally none).
+expiring before them (`SweepPort.keep_identities`; normally none).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from daemon.lease import Lead, Term, narrowed
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
-from timer_service.store.ports.dispatch import DispatchPort
+from timer_service.store.ports.sweep import SweepPort
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ PAGE = 1000
 class OverdueSweeper:
     def __init__(
         self,
-        dispatch: DispatchPort,
+        sweep: SweepPort,
         lease: Lead,
         clock: Clock,
         metrics: Metrics,
@@ -46,7 +46,7 @@ class OverdueSweeper:
         margin_ms: int = DEFAULT_MARGIN_MS,
         keep_interval_ms: int = DEFAULT_KEEP_INTERVAL_MS,
     ) -> None:
-        self._dispatch = dispatch
+        self._sweep = sweep
         self._lease = lease
         self._clock = clock
         self._metrics = metrics
@@ -75,19 +75,19 @@ class OverdueSweeper:
         self._next_ms = now + self.interval_ms
         if now >= self._next_keep_ms:
             self._next_keep_ms = now + self.keep_interval_ms
-            kept = await self._dispatch.keep_identities(now, PAGE)
+            kept = await self._sweep.keep_identities(now, PAGE)
             if kept:
                 log.info("identities of long-waiting jobs kept", extra={"jobs": kept})
         return await self.sweep()
 
     async def sweep(self) -> int:
-        overdue = await self._dispatch.find_overdue_pending(
+        overdue = await self._sweep.find_overdue_pending(
             self._clock.now_ms() - self.margin_ms, PAGE
         )
         orphaned = [second for second in overdue if not self._scanner_has(second)]
         if not orphaned:
             return 0
-        await self._dispatch.restore_seconds(orphaned)
+        await self._sweep.restore_seconds(orphaned)
         log.warning(
             "pending jobs without an index entry: entries restored",
             extra={"seconds": len(orphaned), "first_second": orphaned[0]},

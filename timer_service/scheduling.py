@@ -30,7 +30,6 @@ from timer_service.jobs import CreateStatus, NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import JobState, same_payload
 from timer_service.registration import Registrar
-from timer_service.schedule_store import ScheduleStore
 from timer_service.schedules import (
     LATE_GRACE_MS,
     Schedule,
@@ -41,6 +40,7 @@ from timer_service.schedules import (
     schedule_key,
 )
 from timer_service.store.ports.jobs import JobsPort
+from timer_service.store.ports.schedules import SchedulesPort
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class PutResult:
 class Scheduler:
     def __init__(
         self,
-        schedules: ScheduleStore,
+        schedules: SchedulesPort,
         jobs: JobsPort,
         metrics: Metrics,
         clock: Clock,

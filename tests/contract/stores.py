@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.sim.fake_store import fake_mongo_store
 from tests.support import unique_name
 from timer_service.jobs import NewJob
 from timer_service.model import Attempt, Job, JobState, encode_payload
@@ -18,15 +19,22 @@ from timer_service.store.mongo import MongoStore
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole second
 
 
-@pytest.fixture(params=["memory", pytest.param("mongo", marks=pytest.mark.integration)])
+# "mongo-fake": the real MongoDB adapter over the in-memory fake driver (tests/sim).
+STORES = ["memory", pytest.param("mongo", marks=pytest.mark.integration), "mongo-fake"]
+
+
+@pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         memory = MemoryStore(buckets=60)
         await memory.setup()
         yield memory
         return
-    server = request.getfixturevalue("secantus")  # a sync, session-wide fixture
-    mongo = MongoStore(server.url, unique_name("contract"), buckets=60)
+    if request.param == "mongo-fake":
+        mongo = fake_mongo_store(buckets=60)
+    else:
+        server = request.getfixturevalue("secantus")  # a sync, session-wide fixture
+        mongo = MongoStore(server.url, unique_name("contract"), buckets=60)
     await mongo.setup()
     try:
         yield mongo
@@ -44,14 +52,21 @@ async def create(store: Store, *jobs: NewJob, now: int = NOW) -> list[Any]:
 
 
 async def claim_second(store: Store, second: int, claim: str = "c1", fence: int = 1):
-    return await store.dispatch.claim_due(second, second * 1000 + 999, claim, fence, NOW)
+    return await store.scan.claim_due(second, second * 1000 + 999, claim, fence, NOW)
+
+
+async def drop_entry(store: Store, second: int) -> None:
+    """What a crash between a job's write and its entry's renewal leaves behind."""
+    [entry] = await store.scan.next_seconds(second, second, 1)
+    assert await store.scan.release_second(entry, 1) is True
+    assert await store.scan.next_seconds(second, second, 1) == []
 
 
 def attempt(n: int, at: int = NOW + 5000, status: int | None = 200) -> Attempt:
     return Attempt(n, at, status, None if status == 200 else f"HTTP {status}", 3)
 
 
-__all__ = ["NOW", "attempt", "claim_second", "create", "new", "store"]
+__all__ = ["NOW", "attempt", "claim_second", "create", "drop_entry", "new", "store"]
 
 
 async def list_jobs(

@@ -116,6 +116,17 @@ def audit_rows(page: Page, biz: str, action: str) -> Any:
     return page.locator(f'[data-testid="audit-row"][data-biz-type="{biz}"][data-action="{action}"]')
 
 
+def delivered(client: httpx.Client, path: str, timeout_s: float) -> dict[str, Any]:
+    """The job once its outcome is stored (the receiver hears the callback just before)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job: dict[str, Any] = client.get(path).json()
+        if job["state"] == "delivered" or time.monotonic() > deadline:
+            assert job["state"] == "delivered", f"expected delivered within {timeout_s} s: {job}"
+            return job
+        time.sleep(0.05)
+
+
 # -- tests ------------------------------------------------------------------------------
 
 
@@ -328,6 +339,35 @@ def test_job_lookup_shows_history_and_replays_and_cancels(
         rows = audit_rows(page, biz, action)
         expect(rows).to_have_count(1)
         expect(rows).to_contain_text(job_id)
+
+
+def test_a_late_job_says_why_then_where_its_lateness_arose(
+    page: Page, client: httpx.Client, receiver: SwitchableReceiver
+) -> None:
+    """A job due now of a paused biz type says "paused" on GET and on its page; resumed
+    more than a second later, it is delivered late and says so: held in the broker."""
+    biz = "console-why-late"
+    put_biz(client, biz, receiver, paused=True)
+    create_jobs(client, [{"biz_type": biz, "job_id": "late", "delay_ms": 0}])
+    job = client.get(f"/v1/jobs/{biz}/late").json()
+    assert job["lateness"] is not None, f"a job past its moment must say why: {job}"
+    assert job["lateness"]["waiting_for"] == "paused", job["lateness"]
+    page.goto(f"/ui/#/job/{biz}/late")
+    line = page.get_by_test_id("job-why-late")
+    expect(line).to_contain_text(f"paused: biz type {biz} is paused")
+    screenshot(page, "why-late")
+
+    page.wait_for_function(f"Date.now() > {job['created_at'] + 1500}")
+    resumed = client.patch(f"/v1/biz-types/{biz}", json={"paused": False})
+    assert resumed.status_code == 200, resumed.text
+    receiver.wait_answered({"late"}, 200, timeout_s=30)
+    final = delivered(client, f"/v1/jobs/{biz}/late", timeout_s=30)
+    lateness = final["lateness"]
+    assert lateness is not None and lateness["kind"] == "final", lateness
+    assert lateness["hold_ms"] is not None and lateness["hold_ms"] > 1000, lateness
+    page.reload()
+    expect(page.get_by_test_id("job-state")).to_have_text("delivered")
+    expect(line).to_contain_text("hold ")
 
 
 def test_schedules_show_their_next_run(page: Page, client: httpx.Client) -> None:

@@ -23,7 +23,7 @@ BIZ = [f"share{i}" for i in range(16)]
 async def consuming(env: Env) -> dict[str, set[str]]:
     """What each live broker says it consumes."""
     now = now_ms()
-    beats = await env.store.leases.broker_beats()
+    beats = await env.store.brokers.broker_beats()
     return {b.broker_id: set(b.consuming) for b in beats if b.expires_at > now}
 
 

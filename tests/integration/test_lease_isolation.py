@@ -4,7 +4,8 @@ The issue's overload run lost and retook the lease 55 times while the store slow
 Here bulk calls stall: inside the daemon (FaultyStore stalls its claims and loads)
 and on the wire (a fault proxy holds every byte of the bulk client's connections),
 and the leader keeps its lease all along, because the leases port has a client and
-connection pool of its own (timer_service/store/mongo, `MongoStore`).
+connection pool of its own, shared only with the pointers and brokers ports
+(timer_service/store/mongo, `MongoStore`).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ async def test_a_store_connection_that_holds_every_byte_does_not_delay_renewals(
 
             proxy.set_mode("stall")
             stuck = [
-                asyncio.create_task(store.dispatch.next_seconds(0, 10**9, 1000))
+                asyncio.create_task(store.scan.next_seconds(0, 10**9, 1000))
                 for store in (apart, shared)
                 for _ in range(4)
             ]

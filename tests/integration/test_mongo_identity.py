@@ -34,7 +34,7 @@ async def store(secantus: SecantusServer) -> AsyncIterator[MongoStore]:
 
 async def delivered(store: MongoStore, at: int) -> None:
     s = second_of(NOW + 5000)
-    [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
+    [c] = await store.scan.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, due_at=c.due_at)  # as a broker's
     await store.outcomes.record_outcomes([Outcome(ref, OutcomeKind.DELIVERED, attempt(1))], at)
 
@@ -42,7 +42,7 @@ async def delivered(store: MongoStore, at: int) -> None:
 async def dead_job(store: MongoStore) -> None:
     await store.jobs.create_jobs([new("a")], NOW)
     s = second_of(NOW + 5000)
-    [c] = await store.dispatch.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
+    [c] = await store.scan.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
     ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
     await store.outcomes.record_outcomes(
         [Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))], NOW + 5000
@@ -143,9 +143,9 @@ async def test_a_job_that_ends_long_after_its_fire_time_extends_its_locator(
 async def test_the_keeper_extends_the_locators_of_jobs_still_waiting(store: MongoStore) -> None:
     await store.jobs.create_jobs([new("a"), new("b", due_at=NOW + 6 * 86_400_000)], NOW)
     loc_b = await store.layout.locator.find_one({"_id": "orders/b"})
-    assert await store.dispatch.keep_identities(NOW + 6000, 100) == 0  # nothing waits long
+    assert await store.sweep.keep_identities(NOW + 6000, 100) == 0  # nothing waits long
     later = NOW + 5000 + LOCATOR_SLACK_MS  # "a" still pending, long after its fire time
-    assert await store.dispatch.keep_identities(later, 100) == 1
+    assert await store.sweep.keep_identities(later, 100) == 1
     loc_a = await store.layout.locator.find_one({"_id": "orders/a"})
     assert loc_a is not None
     assert loc_a["expire_at"] >= store.layout.locator_expire_at(later + LOCATOR_SLACK_MS // 2)

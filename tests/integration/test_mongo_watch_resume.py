@@ -20,7 +20,7 @@ async def next_seconds_seen(store: MongoStore, n: int) -> list[int]:
     stop = asyncio.Event()
 
     async def watch() -> None:
-        async for second in store.dispatch.watch_seconds(stop):
+        async for second in store.scan.watch_seconds(stop):
             seen.append(second)
             if len(seen) == n:
                 stop.set()

@@ -113,9 +113,9 @@ async def test_a_round_opened_while_others_close_is_one_command(
     wired: tuple[MongoStore, Commands],
 ) -> None:
     store, commands = wired
-    await store.dispatch.open_round("c1", 1, NOW)
+    await store.rounds.open_round("c1", 1, NOW)
     commands.sent.clear()
-    await store.dispatch.open_round("c2", 1, NOW + 1, closing=["c1"])
+    await store.rounds.open_round("c2", 1, NOW + 1, closing=["c1"])
     assert sum(commands.sent.values()) == 1, commands.sent
 
 
@@ -127,8 +127,8 @@ async def test_a_send_mark_of_two_claims_in_one_bucket_is_one_update(
     store, commands = wired
     second = second_of(NOW + 5000)
     await create(store, new("a"), new("b"), new("c", NOW + 5500), new("d", NOW + 5500))
-    claimed = await store.dispatch.claim_due(second, NOW + 5000, "c1", 1, NOW)
-    claimed += await store.dispatch.claim_due(second, NOW + 5999, "c2", 1, NOW)
+    claimed = await store.scan.claim_due(second, NOW + 5000, "c1", 1, NOW)
+    claimed += await store.scan.claim_due(second, NOW + 5999, "c2", 1, NOW)
     assert {c.claim for c in claimed} == {"c1", "c2"} and len(claimed) == 4, claimed
     refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, job=c.job) for c in claimed]
     commands.sent.clear()

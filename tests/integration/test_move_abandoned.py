@@ -141,19 +141,19 @@ async def test_a_move_left_open_by_a_dead_process_holds_only_its_own_jobs(
         entries = await within(
             PROMPT_S,
             "the daemon's read of the index",
-            live.dispatch.next_seconds(new_second, new_second, 10),
+            live.scan.next_seconds(new_second, new_second, 10),
         )
         assert [e.second for e in entries] == [new_second]
         loaded = await within(
             PROMPT_S,
             "the daemon's load of that second",
-            live.dispatch.load_second(new_second, FENCE),
+            live.scan.load_second(new_second, FENCE),
         )
         assert [key for key, _ in loaded] == ["orders/other"]
         claimed = await within(
             PROMPT_S,
             "the daemon's claim in that second",
-            live.dispatch.claim_due(new_second, new_due + 10, "c1", FENCE, new_due + 10),
+            live.scan.claim_due(new_second, new_due + 10, "c1", FENCE, new_due + 10),
         )
         assert [c.job_id for c in claimed] == ["other"]
 
@@ -195,9 +195,9 @@ async def test_a_move_group_that_fails_leaves_the_groups_before_it_indexed(
         await Mover(live.layout).move_many(moves)
     monkeypatch.undo()
     first_second = (base + 20_000) // 1000
-    entries = await live.dispatch.next_seconds(first_second, first_second, 10)
+    entries = await live.scan.next_seconds(first_second, first_second, 10)
     assert [e.second for e in entries] == [first_second], "the first group's job has no entry"
-    assert [k for k, _ in await live.dispatch.load_second(first_second, FENCE)] == ["orders/a"]
+    assert [k for k, _ in await live.scan.load_second(first_second, FENCE)] == ["orders/a"]
 
 
 async def create_moved_and_neighbour(live: MongoStore, due: int, moves_to: int, now: int) -> None:
@@ -233,14 +233,14 @@ async def test_a_reschedule_left_open_by_a_dead_api_does_not_hold_the_daemon_s_c
         claimed = await within(
             PROMPT_S,
             "the daemon's claim in the moved job's old second",
-            live.dispatch.claim_due(old_second, old_due + 10, "c1", FENCE, now),
+            live.scan.claim_due(old_second, old_due + 10, "c1", FENCE, now),
         )
         assert [c.job_id for c in claimed] == ["neighbour"]
     # The store has ended the transaction (as mongod does after its lifetime): the move
     # never happened, and once its mark runs out the job is claimed where it was.
-    assert await live.dispatch.claim_due(old_second, old_due + 10, "c2", FENCE, now) == []
+    assert await live.scan.claim_due(old_second, old_due + 10, "c2", FENCE, now) == []
     later = now + MOVE_MARK_MS + 1
-    claimed = await live.dispatch.claim_due(old_second, old_due + 10, "c3", FENCE, later)
+    claimed = await live.scan.claim_due(old_second, old_due + 10, "c3", FENCE, later)
     assert [(c.job_id, c.due_at) for c in claimed] == [("moved", old_due)]
 
 
@@ -256,7 +256,7 @@ async def test_a_retry_left_open_by_a_dead_broker_does_not_hold_another_s_send_m
     due = (now // 1000 + 120) * 1000
     retry_at = due + 30_000
     await create_moved_and_neighbour(live, due, retry_at, now)
-    claimed = await live.dispatch.claim_due(due // 1000, due + 10, "c1", FENCE, now)
+    claimed = await live.scan.claim_due(due // 1000, due + 10, "c1", FENCE, now)
     assert sorted(c.job_id for c in claimed) == ["moved", "neighbour"]
     refs = {c.job_id: SendRef("orders", c.job_id, c.second, "c1") for c in claimed}
     assert len(await live.outcomes.start_sending(list(refs.values()), "s1", now)) == 2
@@ -301,9 +301,9 @@ async def test_a_move_that_fails_takes_its_mark_off(
     with pytest.raises(RuntimeError):
         await live.jobs.reschedule_job("orders", "a", due + 30_000, None, now)
     monkeypatch.undo()
-    entries = await live.dispatch.next_seconds(due // 1000, due // 1000, 1)
+    entries = await live.scan.next_seconds(due // 1000, due // 1000, 1)
     assert [e.second for e in entries] == [due // 1000], "the job's second has no entry"
     doc = await live.layout.bucket(due // 1000).find_one({"_id": "orders/a"})
     assert doc is not None and "move" not in doc and "move_until" not in doc
-    claimed = await live.dispatch.claim_due(due // 1000, due + 10, "c1", FENCE, now)
+    claimed = await live.scan.claim_due(due // 1000, due + 10, "c1", FENCE, now)
     assert [(c.job_id, c.due_at) for c in claimed] == [("a", due)]

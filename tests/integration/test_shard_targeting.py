@@ -77,7 +77,7 @@ async def test_a_lone_send_mark_and_a_cancel_name_the_job_s_partition(
     await store.jobs.create_jobs(
         [NewJob("orders", "sent", due, "null"), NewJob("orders", "cancelled", due, "null")], now
     )
-    [claimed] = await store.dispatch.claim_due(due // 1000, due, "c1", FENCE, now, limit=1)
+    [claimed] = await store.scan.claim_due(due // 1000, due, "c1", FENCE, now, limit=1)
     ref = SendRef("orders", claimed.job_id, claimed.second, "c1")
     listener.queries.clear()
     assert await store.outcomes.start_sending([ref], "s1", now)  # a lone mark
@@ -100,7 +100,7 @@ async def test_the_api_s_and_the_broker_s_queries_by_identity_name_partitions(
     due = (now // 1000 + 60) * 1000
     ids = [f"j{i}" for i in range(8)]
     await store.jobs.create_jobs([NewJob("orders", i, due, "null") for i in ids], now)
-    claimed = await store.dispatch.claim_due(due // 1000, due, "c1", FENCE, now)
+    claimed = await store.scan.claim_due(due // 1000, due, "c1", FENCE, now)
     assert len(claimed) == len(ids)
     listener.queries.clear()
 
@@ -118,7 +118,7 @@ async def test_the_api_s_and_the_broker_s_queries_by_identity_name_partitions(
         now,
     )
     stale = [j for j in [await store.jobs.get_job("orders", i) for i in ("j4", "j5")] if j]
-    assert len(await store.dispatch.reclaim(stale, "c2", FENCE, now)) == 2
+    assert len(await store.reconcile.reclaim(stale, "c2", FENCE, now)) == 2
     await store.jobs.create_jobs([NewJob("orders", "later", due + 60_000, "null")], now)
     await store.jobs.reschedule_job("orders", "later", due + 90_000, None, now)
     await store.jobs.cancel_job("orders", "j6", now)

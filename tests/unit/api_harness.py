@@ -167,7 +167,7 @@ async def finish(store: MemoryStore, biz_type: str, job_id: str, kind: OutcomeKi
     job = await store.jobs.get_job(biz_type, job_id)
     assert job is not None and job.next_attempt_at is not None
     second = job.next_attempt_at // 1000
-    claimed = await store.dispatch.claim_due(second, job.next_attempt_at, "c1", 1, NOW)
+    claimed = await store.scan.claim_due(second, job.next_attempt_at, "c1", 1, NOW)
     assert [c.job_id for c in claimed] == [job_id], f"claim failed: {claimed}"
     attempt = Attempt(1, NOW, 500 if kind != OutcomeKind.DELIVERED else 200, None, 3)
     ref = SendRef(biz_type, job_id, second, "c1")
@@ -177,7 +177,7 @@ async def finish(store: MemoryStore, biz_type: str, job_id: str, kind: OutcomeKi
 async def dispatch(store: MemoryStore, biz_type: str, job_id: str) -> None:
     job = await store.jobs.get_job(biz_type, job_id)
     assert job is not None and job.next_attempt_at is not None
-    claimed = await store.dispatch.claim_due(
+    claimed = await store.scan.claim_due(
         job.next_attempt_at // 1000, job.next_attempt_at, "c1", 1, NOW
     )
     assert claimed, "claim failed"

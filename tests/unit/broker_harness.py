@@ -132,7 +132,7 @@ class DaemonStandIn:
         now = self._clock.now_ms()
         published = 0
         for second in sorted(s for s in self.seconds if s * 1000 <= now + self._ahead_ms):
-            claimed = await self._store.dispatch.claim_due(
+            claimed = await self._store.scan.claim_due(
                 second, now + self._ahead_ms, uuid.uuid4().hex, 1, now
             )
             if claimed:

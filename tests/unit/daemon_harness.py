@@ -86,7 +86,7 @@ class Harness:
         self._watch = asyncio.create_task(self._feed_watch()) if watch else None
 
     async def _feed_watch(self) -> None:
-        async for second in self.store.dispatch.watch_seconds():
+        async for second in self.store.scan.watch_seconds():
             self.daemon.nudge(second)
 
     async def step(self, through_faults: bool = False) -> int:

@@ -19,6 +19,7 @@ from timer_service.client import (
     Job,
     JobPage,
     JobSpec,
+    Lateness,
     RetryPolicy,
     Schedule,
     SecretRotated,
@@ -71,6 +72,8 @@ def blocking(timers: TimerClient) -> None:
     results: list[BatchItemResult] = list(timers.create_jobs(specs, chunk_size=500))
     more: list[BatchItemResult] = list(timers.create_jobs([{"biz_type": "orders", "delay_ms": 0}]))
     got: Job = timers.get_job("orders", job.job_id)
+    why: Lateness | None = got.lateness
+    waiting_for: str | None = None if why is None else why.waiting_for
     cancelled: Job = timers.cancel_job("orders", later.job_id)
     moved: Job = timers.reschedule_job("orders", "order-42", delay_ms=1000, payload=[1, 2])
     replayed: Job = timers.replay_job("orders", "order-42")
@@ -89,6 +92,7 @@ def blocking(timers: TimerClient) -> None:
     counted: BulkResult = timers.bulk_cancel("orders", labels={"tenant": "acme"}, dry_run=True)
     replay: BulkResult = timers.bulk_replay("orders", state="dead", limit=100, cursor=None)
     print(fire_at, results, more, got, cancelled, moved, replayed, dead, page, counted, replay)
+    print(waiting_for)
 
     schedule: Schedule = timers.put_schedule(
         "orders", "nightly", cron="0 3 * * *", timezone="Europe/Berlin", catchup="one"

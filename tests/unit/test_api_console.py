@@ -29,7 +29,7 @@ async def seed(api: Api, n: int = 12) -> None:
     assert {r["status"] for r in results["results"]} == {201}
     for i in range(0, n, 2):
         due = NOW + 1000 * (i + 1)
-        claimed = await api.store.dispatch.claim_due(second_of(due), due, f"c{i}", 1, due)
+        claimed = await api.store.scan.claim_due(second_of(due), due, f"c{i}", 1, due)
         outcomes = [
             Outcome(
                 SendRef(c.biz_type, c.job_id, c.second, c.claim),
@@ -148,7 +148,7 @@ async def test_bulk_replay_dry_run_then_pages_to_completion(api: Api) -> None:
 async def test_bulk_cancel_by_label_skips_jobs_in_flight(api: Api) -> None:
     await seed(api)
     due = NOW + 2000  # j01 (tenant t1): claimed, and its callback started
-    [c] = await api.store.dispatch.claim_due(second_of(due), due, "cx", 1, due)
+    [c] = await api.store.scan.claim_due(second_of(due), due, "cx", 1, due)
     await api.store.outcomes.start_sending(
         [SendRef(c.biz_type, c.job_id, c.second, c.claim)], "send", due
     )

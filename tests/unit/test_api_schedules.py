@@ -15,7 +15,6 @@ from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.model import JobState
-from timer_service.schedule_store import MemoryScheduleStore
 from timer_service.schedules import MAX_SCHEDULE_ID_LEN
 from timer_service.scheduling import Scheduler
 from timer_service.settings import Settings
@@ -33,7 +32,7 @@ class Api:
         self.store = store
         self.clock = clock
         self.metrics = Metrics()
-        self.scheduler = Scheduler(MemoryScheduleStore(), store.jobs, self.metrics, clock)
+        self.scheduler = Scheduler(store.schedules, store.jobs, self.metrics, clock)
 
     async def put(self, body: Any, url: str = URL) -> httpx.Response:
         return await self.client.put(url, json=body)
@@ -48,9 +47,7 @@ class Api:
         assert job is not None and job.next_attempt_at is not None, f"no job {job_id}"
         now = self.clock.now_ms()
         second = job.next_attempt_at // 1000
-        return await self.store.dispatch.claim_due(
-            second, max(now, job.next_attempt_at), "c", 1, now
-        )
+        return await self.store.scan.claim_due(second, max(now, job.next_attempt_at), "c", 1, now)
 
 
 @pytest.fixture

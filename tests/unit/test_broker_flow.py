@@ -174,7 +174,7 @@ async def test_duplicate_and_stale_messages_send_once(world: World) -> None:
     due = world.clock.now_ms() + 200
     jobs = await world.create("orders", ["d"], due)
     world.daemon.watch([due])
-    (claimed,) = await world.store.dispatch.claim_due(
+    (claimed,) = await world.store.scan.claim_due(
         second_of(due), due, "claim-1", 1, world.clock.now_ms()
     )
     stale = type(claimed)(
@@ -248,10 +248,10 @@ async def test_heartbeat_says_what_is_held(world: World) -> None:
     world.daemon.watch([due])
     await world.daemon.dispatch_once()
 
-    (claimed,) = await world.store.dispatch.find_stale_dispatched(world.clock.now_ms() + 1, 10)
+    (claimed,) = await world.store.reconcile.find_stale_dispatched(world.clock.now_ms() + 1, 10)
 
     async def held() -> list[HeldBiz]:
-        return [h for beat in await world.store.leases.broker_beats() for h in beat.held]
+        return [h for beat in await world.store.brokers.broker_beats() for h in beat.held]
 
     async def reported() -> bool:
         return bool(await held())
@@ -262,7 +262,7 @@ async def test_heartbeat_says_what_is_held(world: World) -> None:
     print(f"expected {expected}, got {got}")
     assert got == expected
     await world.clock.drive(world.broker.stop())
-    assert await world.store.leases.broker_beats() == [], "a stopped broker is forgotten"
+    assert await world.store.brokers.broker_beats() == [], "a stopped broker is forgotten"
 
 
 async def test_stop_ends_a_loop_whose_store_call_dropped_the_cancel(

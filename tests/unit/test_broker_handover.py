@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from broker.lane import Lane
+from broker.marks import MarkWriter
 from broker.skew import SkewGuard
 from tests.unit.test_broker_lane import (
     FakeDelivery,
@@ -71,7 +72,7 @@ async def test_a_stream_that_comes_back_to_a_lane_with_stale_messages_starts_emp
     fake_clock.advance(5_000)  # meanwhile this lane's bucket would have refilled
     now = fake_clock.now_ms()
     await store.jobs.create_jobs([NewJob("orders", f"b{i}", now, "{}") for i in range(5)], now)
-    back = await store.dispatch.claim_due(second_of(now), now, "c2", 1, now)
+    back = await store.scan.claim_due(second_of(now), now, "c2", 1, now)
     times = await send_times(lane, parts, fake_clock, back, now, redelivered=True)
     # A burst (3) below empty at 10/s: the first token after 400 ms, then one per 100 ms.
     assert times == [400, 500, 600, 700, 800], f"expected one per 100 ms after 400, got {times}"
@@ -121,7 +122,7 @@ async def test_the_rate_holds_on_the_send_timestamps_when_the_skew_estimate_move
     skew = SkewGuard()
     lane = Lane(
         BizType("orders", "http://127.0.0.1:1/cb", rate_limit_per_s=10, burst=1),
-        store=store,
+        marks=MarkWriter(store.outcomes, metrics, fake_clock, "broker"),
         sender=sender,
         outcomes=outcomes,
         metrics=metrics,

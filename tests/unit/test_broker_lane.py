@@ -11,6 +11,7 @@ import pytest
 from broker.callback import CallbackRequest, Response
 from broker.lane import CHECK_AHEAD_MS, MARK_SPAN_MS, Lane
 from broker.marks import GIVE_UP_AFTER_S as CHECK_GIVE_UP_AFTER_S
+from broker.marks import MarkWriter
 from broker.outcomes import FLUSH_AFTER_S, OutcomeWriter
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed, SendRef
@@ -69,7 +70,7 @@ async def parts(memory_store: Any, fake_clock: FakeClock) -> Any:
     sender = FakeSender()
     sender.clock = fake_clock
     metrics = Metrics()
-    outcomes = OutcomeWriter(memory_store, metrics, fake_clock)
+    outcomes = OutcomeWriter(memory_store.outcomes, metrics, fake_clock)
     outcomes.start()
     yield memory_store, sender, outcomes, metrics
     await outcomes.stop()
@@ -79,7 +80,7 @@ async def claimed_jobs(store: Any, clock: FakeClock, count: int, due: int) -> li
     await store.jobs.create_jobs(
         [NewJob("orders", f"j{i}", due, "{}") for i in range(count)], clock.now_ms()
     )
-    return list(await store.dispatch.claim_due(second_of(due), due, "c1", 1, clock.now_ms()))
+    return list(await store.scan.claim_due(second_of(due), due, "c1", 1, clock.now_ms()))
 
 
 async def drive_by_hand(lane: Lane, clock: FakeClock, ms: int, step_ms: int = 10) -> None:
@@ -97,7 +98,7 @@ def make_lane(parts: Any, clock: FakeClock, handover: bool = False, **config: An
     biz = BizType("orders", "http://127.0.0.1:1/cb", **config)
     return Lane(
         biz,
-        store=store,
+        marks=MarkWriter(store.outcomes, metrics, clock, "broker"),
         sender=sender,
         outcomes=outcomes,
         metrics=metrics,
@@ -440,7 +441,7 @@ async def test_a_slow_store_does_not_cap_a_fast_biz_type(parts: Any, fake_clock:
             [NewJob("orders", f"s{s}j{i}", due + 5 * i, "{}") for i in range(200)],
             fake_clock.now_ms(),
         )
-        jobs += await store.dispatch.claim_due(second_of(due), due + 999, f"c{s}", 1, due)
+        jobs += await store.scan.claim_due(second_of(due), due + 999, f"c{s}", 1, due)
     mark = store.outcomes.start_sending
 
     async def slow_mark(*args: Any) -> Any:

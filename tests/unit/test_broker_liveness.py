@@ -34,8 +34,8 @@ def slow_store(store: MemoryStore, clock: FakeClock, beat_s: float, read_s: floa
     """Heartbeats wait `beat_s` in the store before they apply; reads of them apply at
     once and answer `read_s` later. The list: when each beat landed (store's clock)."""
     landed: list[int] = []
-    leases: Any = store.leases
-    beat, beats = leases.broker_heartbeat, leases.broker_beats
+    brokers: Any = store.brokers
+    beat, beats = brokers.broker_heartbeat, brokers.broker_beats
 
     async def slow_beat(*args: Any, **kwargs: Any) -> int:
         await clock.sleep(beat_s)
@@ -48,7 +48,7 @@ def slow_store(store: MemoryStore, clock: FakeClock, beat_s: float, read_s: floa
         await clock.sleep(read_s)
         return result
 
-    leases.broker_heartbeat, leases.broker_beats = slow_beat, slow_read
+    brokers.broker_heartbeat, brokers.broker_beats = slow_beat, slow_read
     return landed
 
 
@@ -70,7 +70,7 @@ async def test_a_broker_whose_store_is_slow_never_looks_dead(beat_s: float, read
         async def leader() -> None:
             """The reconciler's look at the heartbeats, every half second."""
             while True:
-                holders = judge(await store.leases.broker_beats(), clock.now_ms())
+                holders = judge(await store.brokers.broker_beats(), clock.now_ms())
                 if "b1" not in holders.live:
                     looked_dead.append(clock.now_ms())
                 await clock.sleep(0.5)
@@ -106,7 +106,7 @@ async def test_a_stopping_broker_beats_until_its_callbacks_are_done() -> None:
         stopping = asyncio.ensure_future(w.broker.stop())
         looked_dead: list[int] = []
         while not stopping.done():
-            if "b1" in judge(await store.leases.broker_beats(), clock.now_ms()).dead:
+            if "b1" in judge(await store.brokers.broker_beats(), clock.now_ms()).dead:
                 looked_dead.append(clock.now_ms())
             await clock.run_for(500)
         await stopping

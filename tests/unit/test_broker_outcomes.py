@@ -58,7 +58,7 @@ class Slow:
 
 @pytest.fixture
 async def writer(memory_store: Any, fake_clock: FakeClock) -> AsyncIterator[OutcomeWriter]:
-    w = OutcomeWriter(memory_store, Metrics(), fake_clock)
+    w = OutcomeWriter(memory_store.outcomes, Metrics(), fake_clock)
     w.start()
     yield w
     await w.stop()
@@ -68,7 +68,7 @@ async def sent(store: MemoryStore, clock: FakeClock, count: int) -> list[Pending
     """`count` jobs claimed and called back; their outcomes not yet written."""
     now = clock.now_ms()
     await store.jobs.create_jobs([NewJob("orders", f"j{i}", now, "{}") for i in range(count)], now)
-    claimed = await store.dispatch.claim_due(second_of(now), now, "c1", 1, now)
+    claimed = await store.scan.claim_due(second_of(now), now, "c1", 1, now)
     return [
         Pending(
             Outcome(

@@ -46,7 +46,7 @@ async def test_a_steady_flow_is_marked_a_span_at_a_time(parts: Any, fake_clock: 
     )
     claimed = []
     for s in range(second_of(start), second_of(start + RATE_GAP_MS * count) + 1):
-        claimed += await store.dispatch.claim_due(s, (s + 1) * 1000, f"c{s}", 1, start)
+        claimed += await store.scan.claim_due(s, (s + 1) * 1000, f"c{s}", 1, start)
     marks: list[int] = []
     store.outcomes.start_sending = slowed(fake_clock, store.outcomes.start_sending, marks)
     lane = make_lane(parts, fake_clock, max_concurrency=64)
@@ -76,8 +76,8 @@ async def test_a_mark_reaches_no_further_than_its_span_past_the_look_ahead(
         [NewJob("orders", f"j{i}", start + 10 * i, "{}") for i in range(100)],
         fake_clock.now_ms(),
     )
-    claimed = await store.dispatch.claim_due(second_of(start), start + 999, "c", 1, start)
-    claimed += await store.dispatch.claim_due(second_of(start) + 1, start + 1999, "d", 1, start)
+    claimed = await store.scan.claim_due(second_of(start), start + 999, "c", 1, start)
+    claimed += await store.scan.claim_due(second_of(start) + 1, start + 1999, "d", 1, start)
     lane = make_lane(parts, fake_clock, max_concurrency=64)
     for job in claimed:
         lane.offer(FakeDelivery(job))
@@ -97,14 +97,14 @@ async def test_a_steady_flow_of_outcomes_is_written_a_window_at_a_time(
     memory_store.outcomes.record_outcomes = slowed(
         fake_clock, memory_store.outcomes.record_outcomes, writes
     )
-    writer = OutcomeWriter(memory_store, Metrics(), fake_clock)
+    writer = OutcomeWriter(memory_store.outcomes, Metrics(), fake_clock)
     writer.start()
     now = fake_clock.now_ms()
     count = 500  # 1 s of callbacks coming back, 2 ms apart
     await memory_store.jobs.create_jobs(
         [NewJob("orders", f"j{i}", now, "{}") for i in range(count)], now
     )
-    claimed = await memory_store.dispatch.claim_due(second_of(now), now, "c1", 1, now)
+    claimed = await memory_store.scan.claim_due(second_of(now), now, "c1", 1, now)
     deliveries = [FakeDelivery(c) for c in claimed]
     for c, delivery in zip(claimed, deliveries, strict=True):
         ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
@@ -143,14 +143,13 @@ async def test_busy_lanes_mark_on_a_shared_beat_in_one_store_call(
     )
     claimed = []
     for s in range(second_of(start), second_of(start + gap_ms * per_lane) + 2):
-        claimed += await store.dispatch.claim_due(s, (s + 1) * 1000, f"c{s}", 1, start)
+        claimed += await store.scan.claim_due(s, (s + 1) * 1000, f"c{s}", 1, start)
     marks: list[int] = []
     store.outcomes.start_sending = slowed(fake_clock, store.outcomes.start_sending, marks)
-    shared = MarkWriter(store, metrics, fake_clock, "broker", gather_s=BROKER_GATHER_S)
+    shared = MarkWriter(store.outcomes, metrics, fake_clock, "broker", gather_s=BROKER_GATHER_S)
     lanes = {
         name: Lane(
             BizType(name, "http://127.0.0.1:1/cb", max_concurrency=64),
-            store=store,
             sender=sender,
             outcomes=outcomes,
             metrics=metrics,

@@ -228,6 +228,15 @@ def test_cancel_get_and_replay_hit_the_job_paths(server: FakeServer) -> None:
     assert got == [("DELETE", path, b""), ("GET", path, b""), ("POST", path + "/replay", b"")]
 
 
+def test_get_job_reads_lateness_typed_and_a_listing_leaves_it_out(server: FakeServer) -> None:
+    why = {"kind": "waiting", "late_ms": 5000, "waiting_for": "paused", "detail": "paused"}
+    server.on("GET", "/v1/jobs/orders/order-42", httpx.Response(200, json=job_doc(lateness=why)))
+    with server.client() as client:
+        lateness = client.get_job("orders", "order-42").lateness
+    assert lateness is not None and (lateness.waiting_for, lateness.late_ms) == ("paused", 5000)
+    assert "lateness" not in Job.model_validate(job_doc()).model_dump()
+
+
 def test_list_jobs_follows_next_cursor_over_three_pages(server: FakeServer) -> None:
     pages = iter([
         {"items": [job_doc(job_id="a"), job_doc(job_id="b")], "next_cursor": "c1"},

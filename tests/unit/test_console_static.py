@@ -13,6 +13,7 @@ import pytest
 
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
+from timer_service.lateness import BREAKDOWN_MEMBERS, WaitingFor
 from timer_service.metrics import Metrics
 from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
@@ -137,3 +138,19 @@ def test_a_successful_attempt_shows_ok_in_the_good_colour_not_the_error_one() ->
         assert rule and "var(--good)" in rule.group(1), f".{css_class} is not the good colour"
     bad = re.search(r"\.error-text\s*\{([^}]*)\}", css)
     assert bad and "var(--bad)" in bad.group(1), "errors lost their colour"
+
+
+def test_the_job_view_says_why_a_late_job_is_late_in_the_domains_terms() -> None:
+    """The job view puts one "why late" line under its head; the line knows every reason
+    the API gives (timer_service.lateness.WaitingFor) and every breakdown member."""
+    job_view = (CONSOLE_DIR / "js" / "job.js").read_text()
+    script = (CONSOLE_DIR / "js" / "why_late.js").read_text()
+    assert 'import { whyLateLine } from "./why_late.js"' in job_view, "job.js lost the line"
+    assert re.search(r"\bwhyLateLine\(job\)", job_view), "the job details do not show it"
+    reasons = set(re.findall(r"^\s+(\w+): \"", script.split("const PARTS")[0], re.M))
+    assert reasons == {reason.value for reason in WaitingFor}, f"reasons in step: {reasons}"
+    parts = set(re.findall(r'\["(\w+_ms)", "[\w ]+"\]', script))
+    assert parts == set(BREAKDOWN_MEMBERS), f"breakdown members in step: {parts}"
+    assert 'testid: "job-why-late"' in script and "if (!job.lateness) return null" in script
+    css = (CONSOLE_DIR / "app.css").read_text()
+    assert re.search(r"\.why-late\s*\{", css), "the line has no style"

@@ -46,7 +46,7 @@ async def test_jobs_are_published_claim_ahead_before_due_and_never_more_than_2s(
         assert ahead <= 2000
         job = await store.jobs.get_job(BIZ, job_id)
         assert job is not None and job.state == JobState.DISPATCHED, job
-    unconfirmed = await store.dispatch.find_unpublished(clock.now_ms() + 1, 1000)
+    unconfirmed = await store.reconcile.find_unpublished(clock.now_ms() + 1, 1000)
     assert unconfirmed == [], f"every claim's round should be closed, got {unconfirmed}"
 
 
@@ -74,14 +74,14 @@ async def test_a_herd_is_claimed_in_bounded_steps_with_other_seconds_between(
     await create(store, start, *((f"h{i:03}", herd_at) for i in range(450)))
     await create(store, start, ("other", herd_at + 1))
     sizes: list[int] = []
-    claim_due = store.dispatch.claim_due
+    claim_due = store.scan.claim_due
 
     async def counted(*args: object) -> list[Claimed]:
         got = await claim_due(*args)  # type: ignore[arg-type]
         sizes.append(len(got))
         return got
 
-    store.dispatch.claim_due = counted  # type: ignore[method-assign]
+    store.scan.claim_due = counted  # type: ignore[method-assign]
     await run_until(herd_at + 100, h)
 
     published = [job.job_id for _, job in h.queue.at]
@@ -255,12 +255,15 @@ async def test_failed_renew_steps_down_at_once(store: MemoryStore, clock: FakeCl
     await run_until(start + 100, h)
     assert h.daemon.is_leader and h.daemon.scanner.loaded_jobs == 1
 
-    async def refuse(*_: object) -> bool:
-        return False
+    async def refuse(*_: object) -> list[str]:
+        return []
 
-    store.leases.renew_lease = refuse  # type: ignore[method-assign]
+    store.leases.renew_leases = refuse  # type: ignore[method-assign]
     # What a takeover by another daemon looks like to the store.
-    await store.leases.acquire_lease(LEASE_NAME, "someone-else", 60_000, clock.now_ms() + 3001)
+    fence = await store.leases.next_fence(0)
+    await store.leases.acquire_leases(
+        [LEASE_NAME], "someone-else", fence, 60_000, clock.now_ms() + 3001
+    )
     await run_until(start + 5000, h)
     assert not h.daemon.is_leader
     assert h.queue.published == []
@@ -317,7 +320,7 @@ async def test_every_loop_ends_when_a_store_call_drops_the_shutdown_cancel(
             pass  # answered as if the reply had come
         return {}
 
-    store.dispatch.count_jobs = count_dropping_the_cancel  # type: ignore[method-assign]
+    store.counts.count_jobs = count_dropping_the_cancel  # type: ignore[method-assign]
     await h.daemon.start()
     loops = list(h.daemon._tasks)
     await asyncio.wait_for(counting.wait(), 10)  # at once; the margin is for a loaded host
@@ -353,11 +356,11 @@ async def test_pointer_is_saved_and_scan_lag_reported(store: MemoryStore, clock:
     await create(store, start - 60_000, *((f"old{i}", start - 60_000 + i) for i in range(10)))
     h = Harness(store, clock)
     await h.step()
-    assert await store.leases.load_pointer("p0") == second_of(start - 60_000)
+    assert (await store.pointers.load_pointers(["p0"])).get("p0") == second_of(start - 60_000)
     lag = h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds")
     assert lag == 60, f"expected 60 s of lag during catch-up, got {lag}"
     await run_until(start + 2000, h)
-    assert await store.leases.load_pointer("p0") == second_of(clock.now_ms())
+    assert (await store.pointers.load_pointers(["p0"])).get("p0") == second_of(clock.now_ms())
     assert h.daemon.metrics.registry.get_sample_value("timer_scan_lag_seconds") == 0
     assert h.daemon.metrics.registry.get_sample_value("timer_daemon_leader") == 1
 
@@ -424,7 +427,7 @@ async def test_writes_into_a_loaded_second_are_swept_not_reloaded(
         sweep_step = 100
         assert ahead >= CLAIM_AHEAD_MS - sweep_step - 50, f"{job_id} only {ahead} ms ahead"
     assert store.ops["release_second"] >= 1
-    assert await store.dispatch.next_seconds(target_s, target_s, 1) == []
+    assert await store.scan.next_seconds(target_s, target_s, 1) == []
 
 
 class SlowQueue(RecordingQueue):

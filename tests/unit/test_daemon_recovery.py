@@ -25,7 +25,7 @@ def store() -> MemoryStore:
 
 def fail_claims_of(store: MemoryStore, second: int, times: int) -> list[int]:
     """The next `times` claims of `second` fail before they apply."""
-    real = store.dispatch.claim_due
+    real = store.scan.claim_due
     failed: list[int] = []
 
     async def claim_due(s: int, *args: Any) -> Any:
@@ -34,7 +34,7 @@ def fail_claims_of(store: MemoryStore, second: int, times: int) -> list[int]:
             raise StoreUnavailable("injected")
         return await real(s, *args)
 
-    store.dispatch.claim_due = claim_due  # type: ignore[method-assign]
+    store.scan.claim_due = claim_due  # type: ignore[method-assign]
     return failed
 
 
@@ -57,7 +57,7 @@ async def test_a_failed_claim_does_not_hold_back_the_round_s_other_claims(
     assert h.queue.times("b") == [start + 3500], "b was not claimed on the next round"
     await run_until(start + 8000, h)
     assert h.daemon.scanner._held == {}, "a second was never released"
-    lag = start + 8000 - 1000 * (await store.leases.load_pointer("p0") or 0)
+    lag = start + 8000 - 1000 * ((await store.pointers.load_pointers(["p0"])).get("p0") or 0)
     assert lag <= 1000, f"the pointer stuck {lag} ms behind"
 
 
@@ -68,8 +68,8 @@ async def test_a_pending_job_without_an_index_entry_is_found_and_sent(
     due = start - 60_000
     await create(store, start, ("lost", due))
     # A crash between the job's write and its entry's renewal.
-    [entry] = await store.dispatch.next_seconds(second_of(due), second_of(due), 1)
-    await store.dispatch.release_second(entry, 0)
+    [entry] = await store.scan.next_seconds(second_of(due), second_of(due), 1)
+    await store.scan.release_second(entry, 0)
     h = Harness(store, clock)
     await run_until(start + 5000, h)
     assert h.queue.times("lost"), "the orphaned job was never published"

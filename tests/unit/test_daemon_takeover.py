@@ -18,14 +18,14 @@ CATCH_UP_LIMIT = 1  # the catch-up asks the index for one second at a time
 
 def spy_next_seconds(store: Any) -> list[tuple[int, int, int]]:
     """Every (from, to, limit) the daemon asks the seconds index."""
-    real = store.dispatch.next_seconds
+    real = store.scan.next_seconds
     asked: list[tuple[int, int, int]] = []
 
     async def next_seconds(lo: int, hi: int, limit: int) -> Any:
         asked.append((lo, hi, limit))
         return await real(lo, hi, limit)
 
-    store.dispatch.next_seconds = next_seconds
+    store.scan.next_seconds = next_seconds
     return asked
 
 
@@ -35,7 +35,7 @@ async def test_the_new_leader_resumes_from_the_pointer_and_finds_what_lies_below
     await create(store, START, *((f"early-{n}", START + 2000 + n * 100) for n in range(10)))
     await run_until(START + 20_000, old)
     assert len(old.queue.at) == 10, f"expected 10 published, got {len(old.queue.at)}"
-    pointer = await store.leases.load_pointer("p0")
+    pointer = (await store.pointers.load_pointers(["p0"])).get("p0")
     assert pointer is not None and pointer >= second_of(START + 19_000), (
         f"expected the old leader's pointer near {second_of(START + 20_000)}, got {pointer}"
     )

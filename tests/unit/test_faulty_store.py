@@ -102,7 +102,7 @@ async def test_plans_of_one_method_apply_in_order_and_leave_others_alone(
 ) -> None:
     store.fail("create_jobs", when="before")
     store.fail("create_jobs", when="after")
-    await store.leases.acquire_lease("l", "me", 1000, T0)  # another method: untouched
+    await store.leases.acquire_leases(["l"], "me", 1, 1000, T0)  # another method: untouched
     with pytest.raises(StoreUnavailable):
         await store.jobs.create_jobs([new("a")], T0)
     with pytest.raises(StoreUnavailable):
@@ -127,12 +127,12 @@ def test_unknown_methods_and_bad_arguments_are_refused(store: FaultyStore) -> No
 
 
 def test_every_async_method_of_every_port_can_fail() -> None:
-    assert {"create_jobs", "claim_due", "reclaim", "acquire_lease", "save_pointer"} <= set(
+    assert {"create_jobs", "claim_due", "reclaim", "acquire_leases", "save_pointers"} <= set(
         FAULTABLE
     )
     assert {"start_sending", "record_outcomes", "put_biz_type"} <= set(FAULTABLE)
     assert "watch_seconds" not in FAULTABLE, "a change stream is not one call"
-    assert FAULTABLE["claim_due"] == "dispatch" and FAULTABLE["record_outcomes"] == "outcomes"
+    assert FAULTABLE["claim_due"] == "scan" and FAULTABLE["record_outcomes"] == "outcomes"
 
 
 async def test_random_faults_follow_the_rate_the_methods_and_the_seed(
@@ -146,7 +146,7 @@ async def test_random_faults_follow_the_rate_the_methods_and_the_seed(
                 await store.jobs.get_job(BIZ, "x")
             except StoreUnavailable:
                 pass
-            await store.leases.load_pointer("p0")  # not listed: never fails
+            (await store.pointers.load_pointers(["p0"])).get("p0")  # not listed: never fails
         return store.injected
 
     first = await run(7)
@@ -172,8 +172,8 @@ async def test_a_later_random_plan_replaces_the_earlier_one_only_for_its_methods
     store.fail_randomly(0.0, random.Random(2), methods=["get_job"])
     assert await store.jobs.get_job(BIZ, "j1") is None
     with pytest.raises(StoreUnavailable):
-        await store.leases.load_pointer("p0")
-    assert store.injected == [Injected("load_pointer", "before")]
+        (await store.pointers.load_pointers(["p0"])).get("p0")
+    assert store.injected == [Injected("load_pointers", "before")]
 
 
 async def test_planned_faults_come_before_random_ones(store: FaultyStore) -> None:
@@ -204,18 +204,20 @@ async def test_a_stalled_call_applies_only_once_resumed(
 
 async def test_heal_resumes_stalled_calls_and_drops_unreached_stalls(store: FaultyStore) -> None:
     store.stall("get_job")
-    store.stall("load_pointer")
+    store.stall("load_pointers")
     call = asyncio.ensure_future(store.jobs.get_job(BIZ, "j1"))
     await asyncio.sleep(0)
     assert store.armed
     store.heal()
     assert await call is None
-    assert await store.leases.load_pointer("p0") is None, "an unreached stall is gone"
+    assert (await store.pointers.load_pointers(["p0"])).get("p0") is None, (
+        "an unreached stall is gone"
+    )
     assert not store.armed
 
 
 def test_wrapped_methods_keep_their_signature(store: FaultyStore) -> None:
-    assert "fence" in inspect.signature(store.dispatch.claim_due).parameters
+    assert "fence" in inspect.signature(store.scan.claim_due).parameters
 
 
 async def test_lifecycle_watch_and_attributes_pass_through(
@@ -226,7 +228,7 @@ async def test_lifecycle_watch_and_attributes_pass_through(
     await store.ping()
     assert store.buckets == 60
     assert store.state is inner.state, "anything else is the wrapped store's"
-    watch = store.dispatch.watch_seconds()
+    watch = store.scan.watch_seconds()
     assert watch is not None
     await watch.aclose()  # type: ignore[attr-defined]
     await store.close()
@@ -237,9 +239,9 @@ async def test_lifecycle_watch_and_attributes_pass_through(
 async def test_it_wraps_a_recording_store_and_a_fault_before_never_reaches_it() -> None:
     recorder = recording(MemoryStore())
     store = FaultyStore(recorder)  # type: ignore[arg-type]
-    store.fail("load_pointer", when="before")
-    store.fail("load_pointer", when="after")
+    store.fail("load_pointers", when="before")
+    store.fail("load_pointers", when="after")
     for _ in range(2):
         with pytest.raises(StoreUnavailable):
-            await store.leases.load_pointer("p0")
-    assert recorder.ops["load_pointer"] == 1, recorder.ops
+            (await store.pointers.load_pointers(["p0"])).get("p0")
+    assert recorder.ops["load_pointers"] == 1, recorder.ops

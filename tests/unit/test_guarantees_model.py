@@ -41,6 +41,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from broker.callback import CallbackRequest, Response
 from broker.lane import Lane
+from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter
 from tests.unit.daemon_harness import Harness
 from timer_service.clock import FakeClock
@@ -69,8 +70,10 @@ JOB_IDS = ("a", "b", "c", "d", "e")
 API_CALLS = ("create_jobs", "cancel_job", "reschedule_job", "replay_job")
 # The daemon's and the broker's calls (every call of their ports, so a new one is
 # covered): these may also stall (a paused process).
+DAEMON_PORTS = ("scan", "rounds", "reconcile", "sweep", "counts", "leases", "pointers")
+BROKER_PORTS = ("outcomes", "brokers")
 BACKGROUND_CALLS = tuple(
-    sorted(m for m, port in FAULTABLE.items() if port in ("dispatch", "leases", "outcomes"))
+    sorted(m for m, port in FAULTABLE.items() if port in DAEMON_PORTS + BROKER_PORTS)
 )
 
 
@@ -128,11 +131,6 @@ class WatchedOutcomes:
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         await self._port.record_outcomes(outcomes, now_ms)
-
-
-@dataclass
-class BrokerStore:
-    outcomes: WatchedOutcomes
 
 
 class Endpoint:
@@ -194,14 +192,13 @@ class Guarantees(RuleBasedStateMachine):
         )
         watched = WatchedOutcomes(self.store.outcomes, self.clock, self.events)
         self.watched = watched
-        broker_store: Any = BrokerStore(watched)
         metrics = Metrics()
         self.endpoint = Endpoint(self.clock, self.events, watched, self.store)
-        self.writer = OutcomeWriter(broker_store, metrics, self.clock)
+        self.writer = OutcomeWriter(watched, metrics, self.clock)
         self.writer.start()
         self.lane = Lane(
             biz,
-            store=broker_store,
+            marks=MarkWriter(watched, metrics, self.clock, "broker"),
             sender=self.endpoint,  # type: ignore[arg-type]
             outcomes=self.writer,
             metrics=metrics,

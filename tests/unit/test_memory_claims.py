@@ -41,7 +41,7 @@ async def test_a_claim_of_k_jobs_from_a_big_second_looks_at_about_k(
     upto = SECOND * 1000 + 999
     taken = 0
     for step in range(5):
-        claimed = await store.dispatch.claim_due(SECOND, upto, f"c{step}", FENCE, NOW, limit=100)
+        claimed = await store.scan.claim_due(SECOND, upto, f"c{step}", FENCE, NOW, limit=100)
         taken += len(claimed)
     assert taken == 500
     assert looked <= 500, f"5 claims of 100 looked at {looked} jobs (the second holds 20,000)"
@@ -52,12 +52,12 @@ async def test_claims_take_the_earliest_due_first_and_each_job_once() -> None:
     await herd(store, 3_000)
     seen: list[tuple[int, str]] = []
     upto = SECOND * 1000 + 499  # half of the second is due
-    while claimed := await store.dispatch.claim_due(SECOND, upto, "c", FENCE, NOW, limit=400):
+    while claimed := await store.scan.claim_due(SECOND, upto, "c", FENCE, NOW, limit=400):
         seen.extend((c.next_attempt_at, c.job_id) for c in claimed)
     assert len(seen) == len({job_id for _, job_id in seen}) == 1_500
     assert seen == sorted(seen), "a later claim took an earlier-due job than one before it"
     assert max(due for due, _ in seen) <= upto
-    left = await store.dispatch.load_second(SECOND, FENCE)
+    left = await store.scan.load_second(SECOND, FENCE)
     assert len(left) == 1_500, "the jobs not yet due are no longer loadable"
     assert all(due > upto for _, due in left)
 
@@ -71,10 +71,10 @@ async def test_a_job_leaves_its_old_second_s_pending_jobs_when_rescheduled_or_ca
     await store.jobs.reschedule_job("b", "moved", due + 5_000, None, NOW)
     gone = await store.jobs.cancel_job("b", "gone", NOW)
     assert gone is not None and gone.state == JobState.CANCELLED
-    assert await store.dispatch.load_second(SECOND, FENCE) == []
-    assert await store.dispatch.claim_due(SECOND, due + 1000, "c", FENCE, NOW) == []
-    assert [(k, d) for k, d in await store.dispatch.load_second(SECOND + 5, FENCE)] == [
+    assert await store.scan.load_second(SECOND, FENCE) == []
+    assert await store.scan.claim_due(SECOND, due + 1000, "c", FENCE, NOW) == []
+    assert [(k, d) for k, d in await store.scan.load_second(SECOND + 5, FENCE)] == [
         ("b/moved", due + 5_000)
     ]
-    claimed = await store.dispatch.claim_due(SECOND + 5, due + 6_000, "c", FENCE, NOW)
+    claimed = await store.scan.claim_due(SECOND + 5, due + 6_000, "c", FENCE, NOW)
     assert [c.job_id for c in claimed] == ["moved"]

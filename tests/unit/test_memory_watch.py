@@ -19,7 +19,7 @@ async def settle() -> None:
 
 async def watching(store: MemoryStore, stop: asyncio.Event | None = None) -> list[int]:
     seen: list[int] = []
-    async for second in store.dispatch.watch_seconds(stop):
+    async for second in store.scan.watch_seconds(stop):
         seen.append(second)
     return seen
 

@@ -225,14 +225,14 @@ async def test_a_partition_taken_over_is_fenced_off_from_its_old_holder(
     job = await store.jobs.get_job(BIZ, in_3[0])
     assert job is not None and job.next_attempt_at is not None
     second, now = second_of(job.next_attempt_at), clock.now_ms()
-    fresh, stale = store.sibling().dispatch, store.sibling().dispatch
-    fresh.own([3])
-    stale.own([3])
-    won = await fresh.claim_due(second, now + 5000, "c-new", newer, now)
+    fresh, stale = store.sibling(), store.sibling()
+    fresh.scan.own([3])
+    stale.scan.own([3])
+    won = await fresh.scan.claim_due(second, now + 5000, "c-new", newer, now)
     assert in_3[0] in {c.job_id for c in won}
     claimed = await store.jobs.get_job(BIZ, in_3[0])
     assert claimed is not None
-    assert await stale.reclaim([claimed], "c-old", old_fence, now) == [], (
+    assert await stale.reconcile.reclaim([claimed], "c-old", old_fence, now) == [], (
         "a lower fence must not take a job a higher fence claimed"
     )
 

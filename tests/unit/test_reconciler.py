@@ -27,15 +27,15 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     await create(store, start, ("gone-msg", start), biz="free2")
     # A previous daemon claimed all three; it published two, then died.
     s = second_of(start)
-    await store.dispatch.open_round("dead-1", 1, start)
-    await store.dispatch.claim_due(s, start, "dead-1", 1, start)
-    await store.dispatch.close_rounds(["dead-1"])
+    await store.rounds.open_round("dead-1", 1, start)
+    await store.scan.claim_due(s, start, "dead-1", 1, start)
+    await store.rounds.close_rounds(["dead-1"])
     await store.jobs.create_jobs([NewJob("free", "lost2", start, "null")], start)
-    await store.dispatch.open_round("dead-2", 1, start)
-    await store.dispatch.claim_due(s, start, "dead-2", 1, start)  # never published
+    await store.rounds.open_round("dead-2", 1, start)
+    await store.scan.claim_due(s, start, "dead-2", 1, start)  # never published
 
     clock.advance(61_000)
-    await store.leases.broker_heartbeat(
+    await store.brokers.broker_heartbeat(
         "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), 30_000
     )
     h = Harness(store, clock)
@@ -50,7 +50,7 @@ async def test_reconciler_republishes_unpublished_and_skips_held_biz_types(
     assert job is not None and job.claim != "dead-2", job
     # The republish's own round closes with the next one opened, or within a second.
     await clock.run_for(CLOSE_WITHIN_MS)
-    assert await store.dispatch.find_unpublished(clock.now_ms() + 1, 100) == []
+    assert await store.reconcile.find_unpublished(clock.now_ms() + 1, 100) == []
     queued = await store.jobs.get_job("held", "queued")
     assert queued is not None and queued.claim == "dead-1", "a held biz type's job is left alone"
 
@@ -64,15 +64,15 @@ async def test_a_large_held_backlog_does_not_hide_an_unpublished_job(
     await store.jobs.create_jobs(
         [NewJob("held", f"q{i}", start, "null") for i in range(2500)], start
     )
-    await store.dispatch.open_round("dead-1", 1, start)
-    await store.dispatch.claim_due(s, start, "dead-1", 1, start)
-    await store.dispatch.close_rounds(["dead-1"])
+    await store.rounds.open_round("dead-1", 1, start)
+    await store.scan.claim_due(s, start, "dead-1", 1, start)
+    await store.rounds.close_rounds(["dead-1"])
     await create(store, start + 1, ("lost", start + 1), biz="free")
-    await store.dispatch.open_round("dead-2", 1, start + 1)
-    await store.dispatch.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
+    await store.rounds.open_round("dead-2", 1, start + 1)
+    await store.scan.claim_due(s, start + 1, "dead-2", 1, start + 1)  # never published
 
     clock.advance(61_000)
-    await store.leases.broker_heartbeat(
+    await store.brokers.broker_heartbeat(
         "broker-1", [HeldBiz("held", 1, start)], clock.now_ms(), 30_000
     )
     h = Harness(store, clock)
@@ -90,14 +90,17 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     await create(store, start, ("claimed-then-crashed", start + 900), ("sent", start + 900))
     s = second_of(start)
     # The old leader (fence 1) claimed both, saw one confirmed, and died.
-    old_fence = await store.leases.acquire_lease(LEASE_NAME, "old-leader", 300, start)
+    old_fence = await store.leases.next_fence(0)
     assert old_fence == 1
-    await store.dispatch.open_round("old-1", 1, start)
-    await store.dispatch.claim_due(s, start + 1000, "old-1", 1, start)
+    assert await store.leases.acquire_leases([LEASE_NAME], "old-leader", old_fence, 300, start) == [
+        LEASE_NAME
+    ]
+    await store.rounds.open_round("old-1", 1, start)
+    await store.scan.claim_due(s, start + 1000, "old-1", 1, start)
     await store.jobs.create_jobs([NewJob(BIZ, "late", start + 950, "null")], start)
-    await store.dispatch.open_round("old-2", 1, start)
-    await store.dispatch.claim_due(s, start + 1000, "old-2", 1, start)
-    await store.dispatch.close_rounds(["old-1"])
+    await store.rounds.open_round("old-2", 1, start)
+    await store.scan.claim_due(s, start + 1000, "old-2", 1, start)
+    await store.rounds.close_rounds(["old-1"])
 
     clock.advance(500)  # far less than reconcile_after (60 s)
     h = Harness(store, clock)
@@ -110,7 +113,7 @@ async def test_takeover_republishes_the_old_leaders_unpublished_claims_at_once(
     job = await store.jobs.get_job(BIZ, "late")
     assert job is not None and job.claim != "old-2"
     await clock.run_for(CLOSE_WITHIN_MS)
-    assert await store.dispatch.find_unpublished(clock.now_ms() + 1, 100) == []
+    assert await store.reconcile.find_unpublished(clock.now_ms() + 1, 100) == []
 
 
 async def test_reconciler_is_quiet_when_nothing_was_claimed(

@@ -37,9 +37,9 @@ async def claimed_by_old_leader(store: MemoryStore, now: int, *job_ids: str) -> 
     """Jobs a previous leader claimed at `now` and saw published (its round closed)."""
     await create(store, now, *((job_id, now + 500) for job_id in job_ids))
     token = f"old.{now}"
-    await store.dispatch.open_round(token, 0, now)
-    claimed = await store.dispatch.claim_due(second_of(now + 500), now + 1000, token, 0, now)
-    await store.dispatch.close_rounds([token])
+    await store.rounds.open_round(token, 0, now)
+    claimed = await store.scan.claim_due(second_of(now + 500), now + 1000, token, 0, now)
+    await store.rounds.close_rounds([token])
     return claimed
 
 
@@ -49,7 +49,7 @@ async def mark(store: MemoryStore, broker_id: str, job: Claimed, now: int) -> No
 
 
 async def beat(store: MemoryStore, now: int, broker_id: str, held: Sequence[HeldBiz]) -> None:
-    await store.leases.broker_heartbeat(broker_id, held, now, BEAT_TTL_MS)
+    await store.brokers.broker_heartbeat(broker_id, held, now, BEAT_TTL_MS)
 
 
 async def drive(
@@ -111,7 +111,7 @@ async def test_the_callbacks_a_dead_broker_started_go_out_again_within_seconds(
     )
     assert dead_at < times[0] <= dead_at + 1000, f"expected just after {dead_at}, got {times[0]}"
     assert h.queue.times("living") == [], "a live broker's callback in flight was republished"
-    beats = [b.broker_id for b in await store.leases.broker_beats()]
+    beats = [b.broker_id for b in await store.brokers.broker_beats()]
     assert beats == ["b2"], f"expected the dead broker forgotten once done with, got {beats}"
 
 
@@ -122,7 +122,10 @@ async def test_a_new_leader_republishes_a_dead_in_process_queue_at_once(
     start = clock.now_ms()
     # A `dev` process led, published these into its in-process queue, and was killed;
     # one callback was in flight.
-    assert await store.leases.acquire_lease(LEASE_NAME, "old-dev", 5000, start) == 1
+    assert await store.leases.next_fence(0) == 1
+    assert await store.leases.acquire_leases([LEASE_NAME], "old-dev", 1, 5000, start) == [
+        LEASE_NAME
+    ]
     *_, sent = await claimed_by_old_leader(store, start, "held-1", "held-2", "sent")
     await mark(store, "old-dev", sent, start + 400)
     await beat(store, start, "old-dev", [HeldBiz(BIZ, 3, sent.claimed_at)])

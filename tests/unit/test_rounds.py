@@ -14,7 +14,7 @@ FENCE = 1
 
 
 def rounds_of(store: RecordingStore, clock: FakeClock) -> Rounds:
-    return Rounds(store.dispatch, ClaimTokens("d1"), clock, Metrics(), max_spare_age_ms=30_000)
+    return Rounds(store.rounds, ClaimTokens("d1"), clock, Metrics(), max_spare_age_ms=30_000)
 
 
 def open_rounds(store: MemoryStore) -> set[str]:
@@ -64,14 +64,14 @@ async def test_a_failed_open_keeps_its_closes_for_the_next(
 ) -> None:
     rounds = rounds_of(recording(store), clock)
     first = await confirmed_round(rounds)
-    real = store.dispatch.open_round
+    real = store.rounds.open_round
 
     async def failing(*args: object, **kwargs: object) -> None:
         raise ConnectionError("store away")
 
-    store.dispatch.open_round = failing  # type: ignore[method-assign]
+    store.rounds.open_round = failing  # type: ignore[method-assign]
     await rounds.prepare(FENCE)  # logged and counted; no spare
-    store.dispatch.open_round = real  # type: ignore[method-assign]
+    store.rounds.open_round = real  # type: ignore[method-assign]
     assert open_rounds(store) == {first}
     second = await rounds.take(FENCE)
     assert open_rounds(store) == {second}
@@ -83,7 +83,7 @@ async def test_a_short_reconcile_wait_closes_rounds_sooner(
 ) -> None:
     # Reconciling after 800 ms (spares live 400 ms): a round confirmed but left open
     # for a second would look unpublished to the reconciler.
-    rounds = Rounds(store.dispatch, ClaimTokens("d1"), clock, Metrics(), max_spare_age_ms=400)
+    rounds = Rounds(store.rounds, ClaimTokens("d1"), clock, Metrics(), max_spare_age_ms=400)
     await confirmed_round(rounds)
     await clock.run_for(100)
     assert open_rounds(store) == set()

@@ -15,7 +15,6 @@ from timer_service.dispatch import Claimed
 from timer_service.errors import InvalidInput
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState
-from timer_service.schedule_store import MemoryScheduleStore
 from timer_service.schedules import (
     MAX_SCHEDULE_ID_LEN,
     Catchup,
@@ -300,13 +299,13 @@ def test_a_slightly_late_occurrence_is_not_missed() -> None:
 
 
 class Harness:
-    """A Scheduler over a MemoryStore and a MemoryScheduleStore, on a FakeClock; the
+    """A Scheduler over a MemoryStore's jobs and schedules, on a FakeClock; the
     daemon's part is played by `dispatch_due`."""
 
     def __init__(self) -> None:
         self.clock = FakeClock(T0)
         self.jobs = MemoryStore()
-        self.schedules = MemoryScheduleStore()
+        self.schedules = self.jobs.schedules
         self.metrics = Metrics()
         self.scheduler = Scheduler(self.schedules, self.jobs.jobs, self.metrics, self.clock)
 
@@ -326,7 +325,7 @@ class Harness:
             assert job is not None and job.next_attempt_at is not None
             if job.next_attempt_at <= now:
                 second = job.next_attempt_at // 1000
-                claimed += await self.jobs.dispatch.claim_due(second, now, f"c{now}", 1, now)
+                claimed += await self.jobs.scan.claim_due(second, now, f"c{now}", 1, now)
         await self.scheduler.on_dispatched(claimed)
         return claimed
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from broker.callback import CallbackRequest, Response, build_request
 from broker.lane import Lane
+from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter
 from tests.unit.daemon_harness import Harness, run_until
 from tests.unit.test_broker_lane import OUTCOME_WAIT_MS
@@ -76,7 +77,7 @@ class FakeDelivery:
 
 @pytest.fixture
 async def outcomes(memory_store: Any, fake_clock: FakeClock) -> AsyncIterator[OutcomeWriter]:
-    writer = OutcomeWriter(memory_store, Metrics(), fake_clock)
+    writer = OutcomeWriter(memory_store.outcomes, Metrics(), fake_clock)
     writer.start()
     yield writer
     await writer.stop()
@@ -90,7 +91,7 @@ async def send_once(
     job = await store.jobs.get_job("orders", job_id)
     at = job.next_attempt_at
     clock.set(max(clock.now_ms(), at))
-    claims = await store.dispatch.claim_due(second_of(at), at, f"c{at}", 1, clock.now_ms())
+    claims = await store.scan.claim_due(second_of(at), at, f"c{at}", 1, clock.now_ms())
     assert [c.job_id for c in claims] == [job_id], f"expected to claim {job_id} only: {claims}"
     [claimed] = claims
     before = len(sender.sent)
@@ -113,7 +114,7 @@ def make_lane(
 ) -> Lane:
     return Lane(
         BizType("orders", URL),
-        store=store,
+        marks=MarkWriter(store.outcomes, Metrics(), sender.clock, "broker"),
         sender=sender,  # type: ignore[arg-type]
         outcomes=outcomes,
         metrics=Metrics(),

@@ -15,12 +15,14 @@ from timer_service.api.bodies import BODY, UNKNOWN_FIELD, invalid, read_json
 from timer_service.api.context import Context, SchedulerDep
 from timer_service.api.docs import OVER_QUOTA_RESPONSES, json_body, problems
 from timer_service.api.job_input import parse_create, parse_reschedule
+from timer_service.api.lateness import job_with_lateness
 from timer_service.api.problems import Problem
 from timer_service.api.schemas import (
     MAX_INT,
     BatchOut,
     JobBatchIn,
     JobCreateIn,
+    JobDetailOut,
     JobOut,
     JobPageOut,
     JobPatchIn,
@@ -199,8 +201,8 @@ async def list_jobs(
 
 @router.get(
     "/jobs/{biz_type}/{job_id}",
-    summary="Read a job, with its attempt history",
-    response_model=JobOut,
+    summary="Read a job, with its attempt history and why it is late",
+    response_model=JobDetailOut,
     responses=problems(404, 422),
     dependencies=[requires(Role.VIEWER, "path")],
 )
@@ -208,7 +210,7 @@ async def get_job(ctx: Context, biz_type: BizTypePath, job_id: JobIdPath) -> Res
     job = await ctx.store.jobs.get_job(biz_type, job_id)
     if job is None:
         raise Problem(404, f"No job {job_id!r} of biz type {biz_type!r}.")
-    return job_response(job)
+    return JSONResponse(await job_with_lateness(ctx, job))
 
 
 @router.delete(

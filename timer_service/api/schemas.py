@@ -39,6 +39,7 @@ from timer_service.constants import (
     MIN_DUE_AT_MS,
     MIN_RATE_LIMIT_PER_S,
 )
+from timer_service.lateness import WaitingFor
 from timer_service.model import JobState, RetryPolicy
 from timer_service.schedules import MAX_CRON_LEN, MAX_INTERVALS
 from timer_service.signing import signing_key
@@ -407,6 +408,29 @@ class JobOut(BaseModel):
     last_error: str | None
     history: list[AttemptOut]
     labels: dict[str, str]
+
+
+class LatenessOut(BaseModel):
+    """Why a job is late (docs/api.md, "Why late"); members that do not apply are null."""
+
+    kind: Literal["waiting", "final"] = Field(
+        description="`waiting`: an open job past its moment; `final`: delivered or dead, late."
+    )
+    late_ms: int = Field(description="How late: now (or the outcome) - the job's moment.")
+    waiting_for: WaitingFor | None = Field(description="What a waiting job waits for.")
+    detail: str = Field(description="One sentence for a person, with the figures it rests on.")
+    until: int | None = Field(description="When the wait should end (epoch ms, may estimate).")
+    send_ms: int | None = Field(description="First callback sent - the job's moment.")
+    publish_ms: int | None = Field(description="Claim (publish) - moment; null if not stored.")
+    hold_ms: int | None = Field(description="First send - claim: queue and broker hold.")
+    retries_ms: int | None = Field(description="Last attempt's send - the first's.")
+    endpoint_ms: int | None = Field(description="The last attempt's round trip.")
+
+
+class JobDetailOut(JobOut):
+    lateness: LatenessOut | None = Field(
+        description="Null when on time; on GET of one job only, never in listings."
+    )
 
 
 class JobPageOut(BaseModel):

@@ -48,6 +48,27 @@ class Attempt(_Resource):
     duration_ms: int | None = None
 
 
+class Lateness(_Resource):
+    """Why a job is late (docs/api.md, "Why late"); members that do not apply are None.
+
+    `kind` "waiting": an open job past its moment, `waiting_for` one of "retry",
+    "paused", "no_daemon", "daemon_behind", "claim", "no_broker", "rate_limit",
+    "concurrency", "broker", "endpoint", "reconcile" (a str: a newer server may add
+    one), `until` when the wait should end. `kind` "final": a delivered or dead job
+    more than 1 s late, with its breakdown in ms."""
+
+    kind: str
+    late_ms: int
+    waiting_for: str | None = None
+    detail: str = ""
+    until: int | None = None
+    send_ms: int | None = None
+    publish_ms: int | None = None
+    hold_ms: int | None = None
+    retries_ms: int | None = None
+    endpoint_ms: int | None = None
+
+
 class Job(_Resource):
     biz_type: str
     job_id: str
@@ -62,11 +83,13 @@ class Job(_Resource):
     last_error: str | None = None
     history: tuple[Attempt, ...] = ()
     labels: dict[str, str] = {}
-    OPTIONAL_FIELDS = frozenset({"window_ms", "fire_at"})
+    OPTIONAL_FIELDS = frozenset({"window_ms", "fire_at", "lateness"})
     # Flexible windows (docs/api.md, "Load calendar and flexible windows"): absent from
     # servers that predate them.
     window_ms: int | None = None
     fire_at: int | None = None
+    # Only `get_job` answers carry it (null when on time), never listings.
+    lateness: Lateness | None = None
 
 
 class RetryPolicy(_Resource):

@@ -33,33 +33,14 @@ import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from timer_service.errors import StoreUnavailable
-from timer_service.store.base import Store
-from timer_service.store.ports.audit import AuditPort
-from timer_service.store.ports.biz_types import BizTypesPort
-from timer_service.store.ports.console import ConsolePort
-from timer_service.store.ports.dispatch import DispatchPort
-from timer_service.store.ports.jobs import JobsPort
-from timer_service.store.ports.leases import LeasesPort
-from timer_service.store.ports.outcomes import OutcomesPort
-from timer_service.store.ports.tokens import TokensPort
+from timer_service.store.base import PORTS, Store
 
 When = Literal["before", "after"]
 RandomWhen = Literal["before", "after", "both"]
 Fault = Literal["before", "after", "stall"]
-
-PORT_PROTOCOLS: dict[str, type] = {
-    "biz_types": BizTypesPort,
-    "jobs": JobsPort,
-    "dispatch": DispatchPort,
-    "leases": LeasesPort,
-    "outcomes": OutcomesPort,
-    "console": ConsolePort,
-    "audit": AuditPort,
-    "tokens": TokensPort,
-}
 
 
 def _async_methods(protocol: type) -> list[str]:
@@ -72,7 +53,7 @@ def _async_methods(protocol: type) -> list[str]:
 
 # Every method a fault can be planned for, with the port it belongs to.
 FAULTABLE: dict[str, str] = {
-    method: port for port, protocol in PORT_PROTOCOLS.items() for method in _async_methods(protocol)
+    method: port for port, protocol in PORTS.items() for method in _async_methods(protocol)
 }
 
 
@@ -110,14 +91,9 @@ class FaultyStore:
         self._stalls: dict[str, int] = {}
         self._resumed = asyncio.Event()
         self.stalled = 0  # calls waiting for `resume` now
-        self.biz_types = cast(BizTypesPort, _FaultyPort(store.biz_types, self))
-        self.jobs = cast(JobsPort, _FaultyPort(store.jobs, self))
-        self.dispatch = cast(DispatchPort, _FaultyPort(store.dispatch, self))
-        self.leases = cast(LeasesPort, _FaultyPort(store.leases, self))
-        self.outcomes = cast(OutcomesPort, _FaultyPort(store.outcomes, self))
-        self.console = cast(ConsolePort, _FaultyPort(store.console, self))
-        self.audit = cast(AuditPort, _FaultyPort(store.audit, self))
-        self.tokens = cast(TokensPort, _FaultyPort(store.tokens, self))
+        # Every port of `PORTS`, so a new port can fail without a change here.
+        for name in PORTS:
+            setattr(self, name, _FaultyPort(getattr(store, name), self))
 
     # -- planning ---------------------------------------------------------------------
     def fail(self, method: str, when: When = "before", times: int | None = 1) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from timer_service.store.base import Store
-
-PORTS = ("biz_types", "jobs", "dispatch", "leases", "outcomes", "console", "audit", "tokens")
+from timer_service.store.base import PORTS, Store
 
 
 class _CountingPort:

@@ -16,6 +16,7 @@ from timer_service.errors import StoreUnavailable
 from timer_service.jobs import Change
 from timer_service.model import BizType, Job, JobState, job_key
 from timer_service.partitions import partition_of, slot
+from timer_service.schedules import Schedule
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class MemoryState:
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
     fence_counter: int = 0
     brokers: dict[str, BrokerBeat] = field(default_factory=dict)
+    schedules: dict[str, Schedule] = field(default_factory=dict)  # by schedule key
     # The store's own clock, which writes report back (a test may skew it against the
     # callers'); None: a caller's clock stands in for it.
     clock: Clock | None = None

@@ -13,15 +13,23 @@ from pymongo.errors import OperationFailure
 from timer_service.errors import StoreUnavailable
 from timer_service.store.mongo.audit import MongoAudit
 from timer_service.store.mongo.biz_types import MongoBizTypes
+from timer_service.store.mongo.brokers import MongoBrokers
 from timer_service.store.mongo.console import MongoConsole
-from timer_service.store.mongo.dispatch import MongoDispatch
+from timer_service.store.mongo.counts import MongoCounts
 from timer_service.store.mongo.errors import UNAVAILABLE, translated
 from timer_service.store.mongo.jobs import MongoJobs
 from timer_service.store.mongo.layout import Doc, Layout
 from timer_service.store.mongo.leases import MongoLeases
 from timer_service.store.mongo.moves import Mover
 from timer_service.store.mongo.outcomes import MongoOutcomes
+from timer_service.store.mongo.pointers import MongoPointers
+from timer_service.store.mongo.reconcile import MongoReconcile
+from timer_service.store.mongo.rounds import MongoRounds
+from timer_service.store.mongo.scan import MongoScan
+from timer_service.store.mongo.schedules import MongoSchedules
 from timer_service.store.mongo.schema import ensure_schema
+from timer_service.store.mongo.scope import Scope
+from timer_service.store.mongo.sweep import MongoSweep
 from timer_service.store.mongo.tokens import MongoTokens
 
 
@@ -53,9 +61,9 @@ def hot_path_writes(url: str) -> dict[str, Any]:
     )
 
 
-# The leases port's own pool: a renew, a pointer save or a heartbeat at a time per
-# process, and one spare; one connection kept open so a renew never waits for a
-# handshake. See `MongoStore`.
+# The leases, pointers and brokers ports' own pool: a renew, a pointer save or a
+# heartbeat at a time per process, and one spare; one connection kept open so a renew
+# never waits for a handshake. See `MongoStore`.
 LEASE_POOL_SIZE = 2
 
 
@@ -73,7 +81,8 @@ def lease_client(url: str) -> AsyncMongoClient[Doc]:
 
 
 class MongoStore:
-    """The leases port (the daemon's lease and pointer, the brokers' heartbeats) has a
+    """The leases, pointers and brokers ports (the daemon's leases and pointers, the
+    brokers' heartbeats) have a
     client and connection pool of its own: a lease renew never waits for a connection
     behind claims, loads or a burst of creates, nor on a connection whose reply is
     slow. A slow store then slows the bulk work, not the heartbeat that keeps a leader
@@ -116,12 +125,21 @@ class MongoStore:
         self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
         self.audit = translated(MongoAudit(acknowledged))
         self.tokens = translated(MongoTokens(acknowledged))
-        self.dispatch = translated(MongoDispatch(self.layout))
+        scope = Scope(partitions)  # this process's partitions: `ScanPort.own`
+        self.scan = translated(MongoScan(self.layout, scope))
+        self.rounds = translated(MongoRounds(self.layout, scope))
+        self.reconcile = translated(MongoReconcile(self.layout, scope))
+        self.sweep = translated(MongoSweep(self.layout, scope))
+        self.counts = translated(MongoCounts(self.layout, scope))
         leases_layout = Layout(
             self._leases_client, db_name, buckets, retention_ms, partitions=partitions
         )
         self.leases = translated(MongoLeases(leases_layout))
+        self.pointers = translated(MongoPointers(leases_layout))
+        self.brokers = translated(MongoBrokers(leases_layout))
         self.outcomes = translated(MongoOutcomes(self.layout, Mover(self.layout)))
+        # Beside the jobs, in the same database (the write concern of the daemon's).
+        self.schedules = translated(MongoSchedules(self.layout.db))
 
     @property
     def database(self) -> Any:

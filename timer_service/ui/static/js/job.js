@@ -1,9 +1,10 @@
 // Job lookup by (biz type, job id): the whole resource, its attempt history, and
-// cancel / replay when its state allows.
+// cancel / replay when its state allows, and why it is late when it is.
 
 import { api, enc } from "./api.js";
 import { confirmDialog, fmtJson, fmtRelative, fmtTime, h, labelChips, replaceChildren, showError } from "./dom.js";
 import { historyTable, jobHref } from "./jobs_table.js";
+import { whyLateLine } from "./why_late.js";
 
 const CANCELLABLE = new Set(["pending", "dispatched"]);
 
@@ -66,6 +67,7 @@ function jobDetails(job, onChange) {
       h("span", { class: `state state-${job.state}`, testid: "job-state" }, job.state),
       buttons,
     ),
+    whyLateLine(job),
     h(
       "table",
       { class: "kv" },

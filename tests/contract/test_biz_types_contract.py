@@ -1,4 +1,5 @@
-"""Biz-type fields beyond the config (the signing-secret rotation) survive both adapters."""
+"""The biz types port (`store.biz_types`), on both adapters: registration, rotation
+and quota state, conditional puts."""
 
 from __future__ import annotations
 
@@ -6,10 +7,31 @@ from dataclasses import replace
 
 import pytest
 
-from tests.contract.stores import NOW
-from timer_service.errors import VersionMismatch
+from tests.contract.stores import NOW, create, new
+from timer_service.errors import Conflict, VersionMismatch
 from timer_service.model import BizType
 from timer_service.store.base import Store
+
+
+async def test_biz_type_put_get_list_delete(store: Store) -> None:
+    biz = BizType("orders", "http://127.0.0.1:1/cb", created_at=1, updated_at=1)
+    assert await store.biz_types.put_biz_type(biz) is True
+    assert (
+        await store.biz_types.put_biz_type(
+            BizType("orders", "http://x/", created_at=9, updated_at=9)
+        )
+        is False
+    )
+    got = await store.biz_types.get_biz_type("orders")
+    assert got is not None and got.callback_url == "http://x/" and got.created_at == 1
+    assert [b.biz_type for b in await store.biz_types.list_biz_types()] == ["orders"]
+    assert set(await store.biz_types.get_biz_types(["orders", "nope"])) == {"orders"}
+    await create(store, new("a"))
+    with pytest.raises(Conflict):
+        await store.biz_types.delete_biz_type("orders")
+    await store.jobs.cancel_job("orders", "a", NOW)
+    assert await store.biz_types.delete_biz_type("orders") is True
+    assert await store.biz_types.delete_biz_type("orders") is False
 
 
 async def test_biz_type_keeps_its_rotation_state(store: Store) -> None:

@@ -1,133 +1,18 @@
-"""The schedule-store port and its two adapters (in memory, MongoDB).
-
-A schedule document is keyed ``"<biz_type>/<schedule_id>"``. Besides plain
-put/get/delete/list, the port has one conditional write, `advance`: it moves a
-schedule past the occurrence just dispatched only if the schedule still
-expects that occurrence, so two daemons (or a daemon and the repair) that both
-see it dispatched advance it once, and the one that did creates the next job.
-"""
+"""MongoDB schedules (`SchedulesPort`): one collection beside the jobs."""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from timer_service.constants import SCHEDULES_COLLECTION
 from timer_service.schedules import Catchup, Schedule, ScheduleSpec
-
-# Fields a put leaves alone on a replaced schedule: they count what happened.
-_COUNTERS = ("runs", "last_run_at", "last_job_id", "created_at")
-
-
-class ScheduleStore(Protocol):
-    async def setup(self) -> None:
-        """Create indexes; idempotent."""
-
-    async def put(self, schedule: Schedule) -> Schedule | None:
-        """Create or replace; a replace keeps runs, last_run_at, last_job_id and
-        created_at. Returns the schedule as it was before (None when created)."""
-
-    async def get(self, key: str) -> Schedule | None: ...
-
-    async def get_many(self, keys: Sequence[str]) -> dict[str, Schedule]: ...
-
-    async def delete(self, key: str) -> Schedule | None:
-        """Remove; the removed schedule, or None when unknown."""
-
-    async def list(self, biz_type: str | None) -> builtins.list[Schedule]:
-        """In key order; all biz types when None."""
-
-    async def advance(
-        self,
-        key: str,
-        from_occurrence_ms: int,
-        to_occurrence_ms: int | None,
-        job_id: str,
-        now_ms: int,
-    ) -> bool:
-        """If the schedule is unpaused and its next_run_at is `from_occurrence_ms`:
-        count one run (last_run_at = from, last_job_id = job_id) and set next_run_at to
-        `to_occurrence_ms` (later, or None when over). True when applied."""
-
-    async def stale(self, before_ms: int, limit: int) -> builtins.list[Schedule]:
-        """Schedules whose next_run_at is before `before_ms`, oldest first (the repair)."""
-
-
-def _check_monotonic(from_ms: int, to_ms: int | None) -> None:
-    if to_ms is not None and to_ms <= from_ms:
-        raise ValueError(f"advance must move forward: {from_ms} -> {to_ms}")
-
-
-class MemoryScheduleStore:
-    """Each method runs without awaiting in the middle: atomic on the event loop."""
-
-    def __init__(self) -> None:
-        self._docs: dict[str, Schedule] = {}
-
-    async def setup(self) -> None:
-        return None
-
-    async def put(self, schedule: Schedule) -> Schedule | None:
-        old = self._docs.get(schedule.key)
-        if old is not None:
-            schedule = schedule.evolve(**{name: getattr(old, name) for name in _COUNTERS})
-        self._docs[schedule.key] = schedule
-        return old
-
-    async def get(self, key: str) -> Schedule | None:
-        return self._docs.get(key)
-
-    async def get_many(self, keys: Sequence[str]) -> dict[str, Schedule]:
-        return {key: self._docs[key] for key in keys if key in self._docs}
-
-    async def delete(self, key: str) -> Schedule | None:
-        return self._docs.pop(key, None)
-
-    async def list(self, biz_type: str | None) -> builtins.list[Schedule]:
-        return [
-            self._docs[key]
-            for key in sorted(self._docs)
-            if biz_type is None or self._docs[key].biz_type == biz_type
-        ]
-
-    async def advance(
-        self,
-        key: str,
-        from_occurrence_ms: int,
-        to_occurrence_ms: int | None,
-        job_id: str,
-        now_ms: int,
-    ) -> bool:
-        _check_monotonic(from_occurrence_ms, to_occurrence_ms)
-        doc = self._docs.get(key)
-        if doc is None or doc.spec.paused or doc.next_run_at != from_occurrence_ms:
-            return False
-        self._docs[key] = doc.evolve(
-            next_run_at=to_occurrence_ms,
-            runs=doc.runs + 1,
-            last_run_at=from_occurrence_ms,
-            last_job_id=job_id,
-            updated_at=now_ms,
-        )
-        return True
-
-    async def stale(self, before_ms: int, limit: int) -> builtins.list[Schedule]:
-        # A scan is fine in memory; the MongoDB adapter reads an index on next_run_at.
-        found = [
-            s
-            for s in self._docs.values()
-            if s.next_run_at is not None and s.next_run_at < before_ms
-        ]
-        found.sort(key=lambda s: (s.next_run_at or 0, s.key))
-        return found[:limit]
-
-
-# -- MongoDB ---------------------------------------------------------------------------
+from timer_service.store.ports.schedules import KEPT_ON_REPLACE, check_forward
 
 
 def schedule_to_doc(schedule: Schedule) -> dict[str, Any]:
@@ -184,17 +69,17 @@ def doc_to_schedule(doc: dict[str, Any]) -> Schedule:
     )
 
 
-class MongoScheduleStore:
+class MongoSchedules:
     """Collection ``schedules``; indexes on (biz_type, _id) for listing and on
-    next_run_at for the repair. Indexes are made on first use too, so an API
-    built without calling `setup` still gets them."""
+    next_run_at for the repair, made on first use (`MongoStore.setup` does not
+    create them)."""
 
     def __init__(self, database: Any) -> None:
         self._coll = database[SCHEDULES_COLLECTION]
         self._ready = False
         self._setup_lock = asyncio.Lock()
 
-    async def setup(self) -> None:
+    async def _ensure_indexes(self) -> None:
         async with self._setup_lock:
             if self._ready:
                 return
@@ -204,13 +89,13 @@ class MongoScheduleStore:
 
     async def _coll_ready(self) -> Any:
         if not self._ready:
-            await self.setup()
+            await self._ensure_indexes()
         return self._coll
 
     async def put(self, schedule: Schedule) -> Schedule | None:
         coll = await self._coll_ready()
         doc = schedule_to_doc(schedule)
-        on_insert = {name: doc.pop(name) for name in _COUNTERS}
+        on_insert = {name: doc.pop(name) for name in KEPT_ON_REPLACE}
         del doc["_id"]
         update = {"$set": doc, "$setOnInsert": on_insert}
         for attempt in range(2):
@@ -252,7 +137,7 @@ class MongoScheduleStore:
         job_id: str,
         now_ms: int,
     ) -> bool:
-        _check_monotonic(from_occurrence_ms, to_occurrence_ms)
+        check_forward(from_occurrence_ms, to_occurrence_ms)
         coll = await self._coll_ready()
         result = await coll.update_one(
             {"_id": key, "next_run_at": from_occurrence_ms, "paused": False},

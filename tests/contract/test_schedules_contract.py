@@ -1,41 +1,22 @@
-"""One contract suite for the schedule-store port, run against both adapters."""
+"""The schedules port (`store.schedules`), run against both adapters."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from tests.support import unique_name
-from timer_service.schedule_store import (
-    MemoryScheduleStore,
-    MongoScheduleStore,
-    ScheduleStore,
-)
 from timer_service.schedules import Catchup, Schedule, ScheduleSpec
+from timer_service.store.base import Store
+from timer_service.store.ports.schedules import SchedulesPort
 
 NOW = 1_767_225_600_000
 
 
-@pytest.fixture(params=["memory", pytest.param("mongo", marks=pytest.mark.integration)])
-async def schedules(request: pytest.FixtureRequest) -> AsyncIterator[ScheduleStore]:
-    if request.param == "memory":
-        yield MemoryScheduleStore()
-        return
-    from pymongo import AsyncMongoClient
-
-    server = request.getfixturevalue("secantus")
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(server.url)
-    name = unique_name("sched")
-    store = MongoScheduleStore(client[name])
-    await store.setup()
-    try:
-        yield store
-    finally:
-        await client.drop_database(name)
-        await client.close()
+@pytest.fixture
+def schedules(store: Store) -> SchedulesPort:
+    return store.schedules
 
 
 def schedule(
@@ -57,7 +38,7 @@ def schedule(
     )
 
 
-async def test_put_get_round_trips_every_field(schedules: ScheduleStore) -> None:
+async def test_put_get_round_trips_every_field(schedules: SchedulesPort) -> None:
     cron = schedule(payload_json='{"a":1}', start_at=NOW, end_at=NOW + 10, max_runs=3)
     cron = cron.evolve(spec=ScheduleSpec(**{**_spec_fields(cron.spec), "catchup": Catchup.ALL}))
     intervals = schedule("every", intervals_ms=(500, 1000), cycle=True, timezone=None, cron=None)
@@ -76,7 +57,7 @@ def _spec_fields(spec: ScheduleSpec) -> dict[str, Any]:
 
 
 async def test_replace_keeps_counters_and_returns_the_previous(
-    schedules: ScheduleStore,
+    schedules: SchedulesPort,
 ) -> None:
     first = schedule()
     await schedules.put(first)
@@ -95,7 +76,7 @@ async def test_replace_keeps_counters_and_returns_the_previous(
     assert (got.next_run_at, got.updated_at) == (NOW + 5000, NOW + 9)
 
 
-async def test_advance_applies_once_and_only_forward(schedules: ScheduleStore) -> None:
+async def test_advance_applies_once_and_only_forward(schedules: SchedulesPort) -> None:
     s = schedule()
     await schedules.put(s)
     results = await asyncio.gather(
@@ -118,13 +99,13 @@ async def test_advance_applies_once_and_only_forward(schedules: ScheduleStore) -
     assert not await schedules.advance("reports/nope", NOW, NOW + 1, "nope:1", NOW)
 
 
-async def test_advance_skips_a_paused_schedule(schedules: ScheduleStore) -> None:
+async def test_advance_skips_a_paused_schedule(schedules: SchedulesPort) -> None:
     s = schedule(paused=True)
     await schedules.put(s)
     assert not await schedules.advance(s.key, NOW + 1000, NOW + 2000, "daily:1", NOW)
 
 
-async def test_delete_list_get_many(schedules: ScheduleStore) -> None:
+async def test_delete_list_get_many(schedules: SchedulesPort) -> None:
     for sid, biz in [("b", "reports"), ("a", "reports"), ("c", "other")]:
         await schedules.put(schedule(sid, biz))
     assert [s.schedule_id for s in await schedules.list("reports")] == ["a", "b"]
@@ -137,7 +118,7 @@ async def test_delete_list_get_many(schedules: ScheduleStore) -> None:
     assert [s.schedule_id for s in await schedules.list("reports")] == ["b"]
 
 
-async def test_stale_finds_schedules_behind_by_next_run_at(schedules: ScheduleStore) -> None:
+async def test_stale_finds_schedules_behind_by_next_run_at(schedules: SchedulesPort) -> None:
     await schedules.put(schedule("late", next_run_at=NOW - 5000))
     await schedules.put(schedule("later", next_run_at=NOW - 9000))
     await schedules.put(schedule("fine", next_run_at=NOW + 5000))

@@ -1,46 +1,15 @@
-"""Contract suite of the console's store calls (labels, search, bulk changes, stats),
-run against both adapters (see stores.py)."""
+"""The console's port (`store.console`), on both adapters: search and its pages,
+counts, labels, bulk replay and cancel under their guards."""
 
 from __future__ import annotations
 
 from tests.contract.stores import NOW, attempt, claim_second, create, list_jobs, new
 from timer_service import jobs as machine
-from timer_service.audit import AuditAction, AuditEntry, new_entry
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.jobs import CreateStatus, NewJob
 from timer_service.model import Job, JobState, second_of
 from timer_service.search import JobFilter
 from timer_service.store.base import Store
-
-# -- labels ---------------------------------------------------------------------------
-
-
-async def test_labels_round_trip_and_a_repeat_compares_them(store: Store) -> None:
-    labels = (("region", "eu-1"), ("tenant", "acme:42"))
-    [made] = await create(store, new("a", labels=labels))
-    assert made.status == CreateStatus.CREATED and made.job.labels == labels
-    got = await store.jobs.get_job("orders", "a")
-    assert got is not None and got.labels == labels, f"expected {labels}, got {got}"
-    [same] = await create(store, new("a", labels=labels))
-    assert same.status == CreateStatus.EXISTS, same
-    [other] = await create(store, new("a", labels=(("region", "eu-1"),)))
-    assert other.status == CreateStatus.CONFLICT, other
-    [plain] = await create(store, new("b"))
-    listed, _ = await list_jobs(store, "orders", None, 10, None)
-    assert [(j.job_id, j.labels) for j in listed] == [("a", labels), ("b", ())], listed
-    assert plain.job.labels == ()
-
-
-async def test_a_repeat_in_one_batch_compares_labels(store: Store) -> None:
-    results = await create(
-        store, new("a", labels=(("k", "1"),)), new("a", labels=(("k", "1"),)), new("a")
-    )
-    got = [r.status for r in results]
-    expected = [CreateStatus.CREATED, CreateStatus.EXISTS, CreateStatus.CONFLICT]
-    assert got == expected, f"expected {expected}, got {got}"
-
-
-# -- search ---------------------------------------------------------------------------
 
 
 async def make_dead(store: Store, *job_ids: str, second: int) -> None:
@@ -109,6 +78,31 @@ FILTERS = [
 ]
 
 
+async def test_labels_round_trip_and_a_repeat_compares_them(store: Store) -> None:
+    labels = (("region", "eu-1"), ("tenant", "acme:42"))
+    [made] = await create(store, new("a", labels=labels))
+    assert made.status == CreateStatus.CREATED and made.job.labels == labels
+    got = await store.jobs.get_job("orders", "a")
+    assert got is not None and got.labels == labels, f"expected {labels}, got {got}"
+    [same] = await create(store, new("a", labels=labels))
+    assert same.status == CreateStatus.EXISTS, same
+    [other] = await create(store, new("a", labels=(("region", "eu-1"),)))
+    assert other.status == CreateStatus.CONFLICT, other
+    [plain] = await create(store, new("b"))
+    listed, _ = await list_jobs(store, "orders", None, 10, None)
+    assert [(j.job_id, j.labels) for j in listed] == [("a", labels), ("b", ())], listed
+    assert plain.job.labels == ()
+
+
+async def test_a_repeat_in_one_batch_compares_labels(store: Store) -> None:
+    results = await create(
+        store, new("a", labels=(("k", "1"),)), new("a", labels=(("k", "1"),)), new("a")
+    )
+    got = [r.status for r in results]
+    expected = [CreateStatus.CREATED, CreateStatus.EXISTS, CreateStatus.CONFLICT]
+    assert got == expected, f"expected {expected}, got {got}"
+
+
 async def test_search_pages_give_exactly_the_matching_jobs_in_key_order(store: Store) -> None:
     await mixed_jobs(store)
     everything, _ = await list_jobs(store, None, None, 1000, None)
@@ -129,7 +123,73 @@ async def test_count_matching_counts_what_the_filter_selects(store: Store) -> No
         assert got == expected, f"{where}: expected {expected}, got {got}"
 
 
-# -- bulk changes ---------------------------------------------------------------------
+async def test_list_pages_and_filters(store: Store) -> None:
+    await create(store, *(new(f"j{i:03}") for i in range(25)))
+    await store.jobs.create_jobs([NewJob("other", "x", NOW, "null")], NOW)
+    await store.jobs.cancel_job("orders", "j003", NOW)
+    seen, cursor = [], None
+    while True:
+        page, cursor = await list_jobs(store, "orders", None, 10, cursor)
+        seen.extend(j.job_id for j in page)
+        if cursor is None:
+            break
+    assert seen == [f"j{i:03}" for i in range(25)]
+    cancelled, cur = await list_jobs(store, "orders", JobState.CANCELLED, 10, None)
+    assert [j.job_id for j in cancelled] == ["j003"] and cur is None
+    everything, _ = await list_jobs(store, None, None, 1000, None)
+    assert len(everything) == 26
+
+
+async def test_list_by_state_pages_in_key_order_across_buckets(store: Store) -> None:
+    # Due times a second apart spread the jobs over buckets; every third is cancelled.
+    await create(store, *(new(f"j{i:03}", due_at=NOW + 5000 + i * 1000) for i in range(40)))
+    await store.jobs.create_jobs([NewJob("orders2", "j000", NOW + 5000, "null")], NOW)
+    for i in range(0, 40, 3):
+        await store.jobs.cancel_job("orders", f"j{i:03}", NOW)
+    for state, expected in [
+        (JobState.CANCELLED, [f"j{i:03}" for i in range(0, 40, 3)]),
+        (JobState.PENDING, [f"j{i:03}" for i in range(40) if i % 3]),
+    ]:
+        seen, cursor = [], None
+        while True:
+            page, cursor = await list_jobs(store, "orders", state, 4, cursor)
+            assert len(page) <= 4
+            seen.extend(j.job_id for j in page)
+            assert all(j.biz_type == "orders" and j.state == state for j in page)
+            if cursor is None:
+                break
+        assert seen == expected
+    pending_everywhere, _ = await list_jobs(store, None, JobState.PENDING, 100, None)
+    assert len(pending_everywhere) == 27
+    assert pending_everywhere[-1].biz_type == "orders2"
+
+
+async def test_list_by_state_with_most_jobs_in_one_bucket(store: Store) -> None:
+    # 30 jobs due in one second (one bucket) and 10 spread out, interleaved in key
+    # order: a page must drain the crowded bucket in several reads without skipping.
+    crowded = [new(f"k{i:03}", due_at=NOW + 5000) for i in range(0, 60, 2)]
+    spread = [new(f"k{i:03}", due_at=NOW + 7000 + i * 1000) for i in range(1, 20, 2)]
+    await create(store, *crowded, *spread)
+    await create(store, new("z-delivered-later", due_at=NOW + 5000))
+    expected = sorted(j.job_id for j in crowded + spread)
+    for limit in (1, 7, 100):
+        seen, cursor = [], None
+        while True:
+            page, cursor = await list_jobs(store, "orders", JobState.PENDING, limit, cursor)
+            assert len(page) <= limit
+            seen.extend(j.job_id for j in page)
+            if cursor is None:
+                break
+        assert seen == [*expected, "z-delivered-later"], f"limit {limit}"
+    none, cursor = await list_jobs(store, "orders", JobState.DEAD, 10, None)
+    assert none == [] and cursor is None
+
+
+async def test_a_foreign_cursor_stays_within_the_biz_type(store: Store) -> None:
+    await create(store, new("a"))
+    await store.jobs.create_jobs([NewJob("aaa", "x", NOW, "null")], NOW)
+    page, _ = await list_jobs(store, "orders", None, 10, "aaa/")
+    assert [(j.biz_type, j.job_id) for j in page] == [("orders", "a")]
 
 
 async def test_apply_changes_replays_and_cancels_under_their_guards(store: Store) -> None:
@@ -150,7 +210,7 @@ async def test_apply_changes_replays_and_cancels_under_their_guards(store: Store
     again = await store.console.apply_changes(stale, later + 1)
     assert again == [], f"a change decided on a stale read must miss, got {again}"
     # A claim for the replayed jobs' second finds them (they are indexed there).
-    claimed = await store.dispatch.claim_due(second_of(later), later, "again", 2, later)
+    claimed = await store.scan.claim_due(second_of(later), later, "again", 2, later)
     assert sorted(f"{c.biz_type}/{c.job_id}" for c in claimed) == sorted(j.key for j in dead)
 
     pending, _ = await store.console.search_jobs(
@@ -181,9 +241,6 @@ async def test_a_cancel_misses_a_job_whose_callback_started(store: Store) -> Non
     assert a is not None and a.state == JobState.DISPATCHED, a
 
 
-# -- stats ------------------------------------------------------------------------------
-
-
 async def test_counts_by_state_and_recent_attempts(store: Store) -> None:
     await mixed_jobs(store)
     counts = await store.console.count_by_state("orders")
@@ -196,46 +253,3 @@ async def test_counts_by_state_and_recent_attempts(store: Store) -> None:
     want = [(NOW + 1000 * (i + 1), NOW + 1000 * (i + 1) + 7, 400) for i in range(20, 40, 4)]
     assert got == want, f"expected {want}, got {got}"
     assert await store.console.recent_attempts(NOW, "billing") == []
-
-
-# -- audit ------------------------------------------------------------------------------
-
-
-async def test_audit_entries_newest_first_filtered_and_paged(store: Store) -> None:
-    actions = [AuditAction.BIZ_TYPE_PUT, AuditAction.JOB_CANCEL, AuditAction.JOBS_BULK_REPLAY]
-    made = []
-    for i in range(9):
-        entry = new_entry(
-            NOW + i,
-            "ops",
-            actions[i % 3],
-            "orders" if i % 2 == 0 else "billing",
-            job_id=f"j{i}" if actions[i % 3] is AuditAction.JOB_CANCEL else None,
-            filter={"biz_type": "orders", "labels": {"k": "v"}} if i % 3 == 2 else None,
-            count=i if i % 3 == 2 else None,
-            detail={"paused": True} if i == 0 else None,
-        )
-        await store.audit.record(entry)
-        made.append(entry)
-    newest_first = list(reversed(made))
-    for biz_type, action in [
-        (None, None),
-        ("orders", None),
-        (None, actions[1]),
-        ("billing", actions[2]),
-    ]:
-        expected = [
-            e
-            for e in newest_first
-            if (biz_type is None or e.biz_type == biz_type)
-            and (action is None or e.action == action)
-        ]
-        for limit in (1, 2, 100):
-            got: list[AuditEntry] = []
-            cursor = None
-            while True:
-                page, cursor = await store.audit.list_entries(biz_type, action, limit, cursor)
-                got += page
-                if cursor is None:
-                    break
-            assert got == expected, f"{biz_type}/{action}, limit {limit}: {got} != {expected}"

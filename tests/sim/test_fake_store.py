@@ -1,0 +1,73 @@
+"""The real MongoStore over the fake driver, with faults where the adapter's
+command sequences are exposed: what the simulation will do at random, done here
+once by hand."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.contract.stores import NOW, create, new
+from tests.sim.fake_store import fake_mongo_store
+from tests.sim.fakemongo import FakeMongo, FaultPlan, LoseReply, Stall
+from timer_service.clock import FakeClock
+from timer_service.errors import StoreUnavailable
+from timer_service.model import JobState, second_of
+from timer_service.store.mongo import MongoStore
+
+S = second_of(NOW + 5000)
+
+
+async def started(server: FakeMongo) -> MongoStore:
+    store = fake_mongo_store("timer", server, buckets=60)
+    await store.setup()
+    return store
+
+
+def stored(server: FakeMongo, key: str) -> list[tuple[str, str]]:
+    """Every document of `key` in the job buckets: (bucket, state)."""
+    return [
+        (name, doc["state"])
+        for name, coll in server.engine.dbs["timer"].items()
+        if name.startswith("jobs_b")
+        for doc in coll.docs.values()
+        if doc["_id"] == key
+    ]
+
+
+async def test_a_claim_whose_reply_was_lost_has_claimed_the_jobs() -> None:
+    """Break 8's ground: the claim applied, its caller heard an error."""
+    plan = FaultPlan()
+    server = FakeMongo(FakeClock(NOW), faults=plan)
+    store = await started(server)
+    await create(store, new("a"), new("b"))
+    plan.add(LoseReply(), name="update_many", collection=f"jobs_b{S % 60}")
+    with pytest.raises(StoreUnavailable):
+        await store.scan.claim_due(S, S * 1000 + 999, "c1", 1, NOW + 5000)
+    assert (
+        sorted(state for _, state in stored(server, "orders/a") + stored(server, "orders/b"))
+        == [JobState.DISPATCHED.value] * 2
+    )
+    assert await store.scan.claim_due(S, S * 1000 + 999, "c2", 1, NOW + 5000) == []
+    stale = await store.reconcile.find_stale_dispatched(NOW + 5001, 10)
+    assert sorted((j.job_id, j.claim) for j in stale) == [("a", "c1"), ("b", "c1")]
+
+
+@pytest.mark.known_bug
+async def test_a_repeated_create_during_a_move_leaves_one_job() -> None:
+    """Break 1 (issue 30): the create's retry reads the locator, a reschedule moves the
+    job to another bucket, then the retry reads the old bucket, finds nothing, and
+    "repairs" the identity with a second pending document."""
+    plan = FaultPlan()
+    server = FakeMongo(FakeClock(NOW), faults=plan)
+    store = await started(server)
+    await create(store, new("a"))
+    stall = Stall()
+    plan.add(stall, name="find", collection=f"jobs_b{S % 60}")  # the retry's job read
+    retry = asyncio.create_task(create(store, new("a")))
+    await stall.reached.wait()
+    await store.jobs.reschedule_job("orders", "a", NOW + 6000, None, NOW + 1)
+    stall.release()
+    await retry
+    assert len(stored(server, "orders/a")) == 1, stored(server, "orders/a")

@@ -1,0 +1,189 @@
+"""MongoDB scan: the seconds index, and claims as conditional range updates."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Collection
+from typing import Any
+
+from pymongo import ASCENDING, DeleteOne
+from pymongo.errors import OperationFailure
+
+from timer_service import jobs as machine
+from timer_service.dispatch import Claimed, SecondEntry
+from timer_service.model import JobState
+from timer_service.partitions import partition_of_slot, second_of_slot, slot
+from timer_service.store.mongo.layout import (
+    CLAIM_PROJECTION,
+    LOAD_BATCH,
+    Doc,
+    Layout,
+    change_update,
+    doc_to_job,
+    guard_filter,
+    one_reply,
+    unmarked,
+)
+from timer_service.store.mongo.scope import Scope, Scoped
+
+log = logging.getLogger(__name__)
+
+
+class MongoScan(Scoped):
+    def __init__(self, layout: Layout, scope: Scope) -> None:
+        super().__init__(layout, scope)
+        # Where the change stream got to: a new watch after an error resumes there,
+        # so the events in between are not lost (only a token the oplog no longer
+        # holds is dropped, and the daemon's safety poll covers that gap).
+        self._resume_token: Any = None
+
+    def own(self, partitions: Collection[int] | None) -> None:
+        """Scope every later call of the daemon's ports to these partitions (the
+        daemon's leases)."""
+        self._scope.own(partitions)
+
+    async def next_seconds(self, from_s: int, to_s: int, limit: int) -> list[SecondEntry]:
+        # One ordered range per partition (the slot keeps a partition's seconds
+        # together), read side by side; merged per second.
+        found = await asyncio.gather(
+            *(
+                self._l.seconds.find({"_id": {"$gte": slot(p, from_s), "$lte": slot(p, to_s)}})
+                .sort("_id", ASCENDING)
+                .limit(limit)
+                .to_list(None)
+                for p in self._partitions()
+            )
+        )
+        by_second: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for docs in found:
+            for d in docs:
+                at = int(d["_id"])
+                by_second[second_of_slot(at)].append((partition_of_slot(at), str(d["v"])))
+        return [SecondEntry.merged(s, by_second[s]) for s in sorted(by_second)[:limit]]
+
+    async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
+        slots = [slot(p, second) for p in self._partitions()]
+        stamp = {"_id": slots[0] if len(slots) == 1 else {"$in": slots}}
+        await self._l.seconds.update_many(stamp, {"$max": {"f": fence}})
+        pending = self._scoped({"second": second, "state": JobState.PENDING.value})
+        found = self._l.bucket(second).find(pending, {"next_attempt_at": 1})
+        docs = await found.batch_size(LOAD_BATCH).to_list(None)
+        return [(d["_id"], d["next_attempt_at"]) for d in docs]
+
+    async def claim_due(
+        self,
+        second: int,
+        upto_ms: int,
+        claim: str,
+        fence: int,
+        now_ms: int,
+        limit: int | None = None,
+    ) -> list[Claimed]:
+        change = machine.claim(claim, fence, now_ms)
+        coll = self._l.bucket(second)
+        # `jobs.claimable` as a query: the guard's state, due by upto_ms, fence not higher.
+        query = self._scoped(
+            {
+                "second": second,
+                **guard_filter(change.guard),
+                "next_attempt_at": {"$lte": upto_ms},
+                "fence": {"$lte": fence},
+                **unmarked(now_ms),
+            }
+        )
+        if limit is not None:
+            query = await self._bounded(coll, query, limit)
+        result = await coll.update_many(query, change_update(change))
+        if result.modified_count == 0:
+            return []
+        mine = self._scoped({"second": second, "claim": claim})
+        found = coll.find(mine, CLAIM_PROJECTION).batch_size(one_reply(result.modified_count))
+        docs = await found.to_list(None)
+        return [machine.claimed(doc_to_job(d), d["second"], carry=True) for d in docs]
+
+    @staticmethod
+    async def _bounded(coll: Any, query: Doc, limit: int) -> Doc:
+        """`query` cut to its first `limit` jobs in (next_attempt_at, _id) order, as a
+        range on the (second, state, next_attempt_at, _id) index: the limit-th job's
+        position is read first (one index walk of `limit` entries), then the claim
+        takes everything up to it. A job of the range claimed or moved in between
+        only makes the claim smaller."""
+        last = (
+            await coll.find(query, {"next_attempt_at": 1})
+            .sort([("next_attempt_at", ASCENDING), ("_id", ASCENDING)])
+            .skip(limit - 1)
+            .limit(1)
+            .to_list(1)
+        )
+        if not last:
+            return query  # fewer than `limit`: all of them
+        at, key = last[0]["next_attempt_at"], last[0]["_id"]
+        before = {"next_attempt_at": {"$lt": at}}
+        tie = {"next_attempt_at": at, "_id": {"$lte": key}}
+        return {**query, "$or": [before, tie]}
+
+    async def release_second(self, entry: SecondEntry, fence: int) -> bool:
+        owned = self._partitions()
+        parts = [(p, v) for p, v in entry.partition_versions() if p in owned]
+        if not parts:
+            return True
+        unchanged = [
+            {"_id": slot(p, entry.second), "v": v, "f": {"$not": {"$gt": fence}}} for p, v in parts
+        ]
+        if len(unchanged) == 1:
+            deleted = (await self._l.seconds.delete_one(unchanged[0])).deleted_count
+        else:
+            result = await self._l.seconds.bulk_write(
+                [DeleteOne(q) for q in unchanged], ordered=False
+            )
+            deleted = result.deleted_count
+        if deleted == len(parts):
+            return True
+        slots = [slot(p, entry.second) for p, _ in parts]
+        return await self._l.seconds.find_one({"_id": {"$in": slots}}, {"_id": 1}) is None
+
+    async def watch_seconds(  # type: ignore[override]
+        self, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[int]:
+        # Writes into a second (a new entry, a renewed version), not a daemon's fence
+        # stamp on it (`load_second`), which would nudge the daemon about its own load.
+        pipeline = [
+            {
+                "$match": {
+                    "$or": [
+                        {"operationType": {"$in": ["insert", "replace"]}},
+                        {
+                            "operationType": "update",
+                            "updateDescription.updatedFields.v": {"$exists": True},
+                        },
+                    ]
+                }
+            }
+        ]
+        token = self._resume_token
+        try:
+            # Each getMore returns within a second (MongoDB's default await, explicit),
+            # so `stop` is seen between two of them and the stream closes with none
+            # pending: cancelled mid-getMore, closing it waits for SecantusDB's
+            # killCursors reply, which it holds behind the getMore (seen hanging shutdown).
+            stream = await self._l.seconds.watch(
+                pipeline, max_await_time_ms=1000, resume_after=token
+            )
+        except OperationFailure:
+            if token is None:
+                raise
+            log.warning("change stream cannot resume; starting afresh (safety poll covers)")
+            self._resume_token = None
+            raise
+        async with stream:
+            while stop is None or not stop.is_set():
+                change = await stream.try_next()
+                self._resume_token = stream.resume_token
+                if change is not None:
+                    at = int(change["documentKey"]["_id"])
+                    # One stream for every partition (a stream per partition would cost
+                    # the store work on every write, P times): others' are passed over.
+                    if self._owned is None or partition_of_slot(at) in self._owned:
+                        yield second_of_slot(at)

@@ -1,0 +1,33 @@
+"""Broker membership: each broker's heartbeat of what it holds and consumes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from timer_service.dispatch import BrokerBeat, HeldBiz
+
+
+class BrokersPort(Protocol):
+    async def broker_heartbeat(
+        self,
+        broker_id: str,
+        held: Sequence[HeldBiz],
+        now_ms: int,
+        ttl_ms: int,
+        consuming: Sequence[str] = (),
+    ) -> int:
+        """A live broker says what it holds, per biz type, and which biz types it
+        consumes; alive until `ttl_ms` after the store applies the write, by the
+        store's clock (a beat that waited in a busy store is as fresh as when it
+        landed). Returns the store's clock at the write (epoch ms), which the broker's
+        skew guard learns from (`now_ms`, the caller's clock, where the store keeps no
+        clock of its own)."""
+        ...
+
+    async def broker_beats(self) -> list[BrokerBeat]:
+        """Every broker's last heartbeat, lapsed ones included (until `broker_gone`),
+        each with the store's clock at the read (`BrokerBeat.read_at`)."""
+        ...
+
+    async def broker_gone(self, broker_id: str) -> None: ...
