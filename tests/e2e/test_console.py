@@ -296,7 +296,12 @@ def test_saving_a_signed_config_keeps_its_secret(
     expect(page.get_by_test_id("config-diff")).to_have_text("burst: 1 → 4")
     confirm(page, f"PATCH /v1/biz-types/{biz}")
 
+    # The dialog closes before the page sends its PATCH: wait for the write, not the close.
+    deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
     stored = client.get(f"/v1/biz-types/{biz}").json()
+    while stored["burst"] != 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        stored = client.get(f"/v1/biz-types/{biz}").json()
     assert (stored["burst"], stored["has_signing_secret"]) == (4, True), stored
     assert stored["registration_rate_per_s"] == 50.0, "a field the form lacks must stay"
 
@@ -357,7 +362,7 @@ def test_a_late_job_says_why_then_where_its_lateness_arose(
     expect(line).to_contain_text(f"paused: biz type {biz} is paused")
     screenshot(page, "why-late")
 
-    page.wait_for_function(f"Date.now() > {job['created_at'] + 1500}")
+    time.sleep(max(0.0, (job["created_at"] + 1500 - now_ms()) / 1000))  # CSP: no eval
     resumed = client.patch(f"/v1/biz-types/{biz}", json={"paused": False})
     assert resumed.status_code == 200, resumed.text
     receiver.wait_answered({"late"}, 200, timeout_s=30)
