@@ -26,6 +26,13 @@ class AuditAction(StrEnum):
     BIZ_TYPE_ROTATE_SECRET = "biz_type.rotate_secret"
     SCHEDULE_PUT = "schedule.put"
     SCHEDULE_DELETE = "schedule.delete"
+    TOKEN_CREATE = "token.create"
+    TOKEN_DELETE = "token.delete"
+
+
+# The biz type of an entry about no one biz type (a token): every biz type. Only a token
+# that covers every biz type sees such entries.
+ALL_BIZ_TYPES = "*"
 
 
 @dataclass(frozen=True, slots=True)

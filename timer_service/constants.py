@@ -95,3 +95,4 @@ LATENCY_BUCKETS_S = (
     120.0,
     300.0,
 )
+TOKENS_COLLECTION = "tokens"  # access tokens: their grants and hashes, never a secret

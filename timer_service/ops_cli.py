@@ -1,5 +1,5 @@
-"""Operator subcommands of `timer-service`: `jobs ...`, `biz-types ...` and
-`schedules ...`, over the REST API.
+"""Operator subcommands of `timer-service`: `jobs ...`, `biz-types ...`, `schedules ...`
+and `tokens ...` (timer_service/tokens_cli.py), over the REST API.
 
 JSON on stdout by default, a table with `--table` (before or after the command or the
 action). An error prints its problem document on stderr and exits 3 when the resource
@@ -32,6 +32,7 @@ from timer_service.client import (
     TimerClient,
 )
 from timer_service.client.requests import Calls
+from timer_service.tokens_cli import register_tokens
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 JOB_STATES = ("pending", "dispatched", "delivered", "dead", "cancelled")
@@ -302,6 +303,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_jobs(subparsers, output)
     _register_biz_types(subparsers, output)
     _register_schedules(subparsers, output)
+    register_tokens(subparsers, output, _leaf)
 
 
 def _leaf(

@@ -21,6 +21,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.conftest import Stack, dev_stack
 from tests.e2e.console_support import SwitchableReceiver, chromium_path, screenshot
+from tests.e2e.harness import now_ms
 from timer_service.receiver import verify_callback
 
 pytestmark = pytest.mark.e2e
@@ -257,11 +258,13 @@ def test_pause_and_resume_a_biz_type(
     create_jobs(client, [{"biz_type": biz, "job_id": "held", "delay_ms": 3000}])
     due_at = client.get(f"/v1/jobs/{biz}/held").json()["due_at"]
     # Held: pending, or dispatched and held by the notifier; still so past its due time.
-    page.wait_for_function(
-        "['pending', 'dispatched'].some(f => document.querySelector("
-        "`[data-testid=biz-stats] [data-field=${f}]`).textContent === '1')"
+    # Locators, not wait_for_function: the console's CSP refuses the eval that needs.
+    held_cells = page.locator(
+        "[data-testid=biz-stats] [data-field=pending],"
+        " [data-testid=biz-stats] [data-field=dispatched]"
     )
-    page.wait_for_function(f"Date.now() > {due_at + 1500}")
+    expect(held_cells.filter(has_text=re.compile(r"^1$"))).to_have_count(1)
+    time.sleep(max(0.0, (due_at + 1500 - now_ms()) / 1000))
     held = client.get(f"/v1/jobs/{biz}/held").json()
     assert held["state"] in ("pending", "dispatched"), f"expected held while paused, got {held}"
     expect(stat(page, "delivered")).to_have_text("0")
@@ -293,7 +296,12 @@ def test_saving_a_signed_config_keeps_its_secret(
     expect(page.get_by_test_id("config-diff")).to_have_text("burst: 1 → 4")
     confirm(page, f"PATCH /v1/biz-types/{biz}")
 
+    # The dialog closes before the page sends its PATCH: wait for the write, not the close.
+    deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
     stored = client.get(f"/v1/biz-types/{biz}").json()
+    while stored["burst"] != 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        stored = client.get(f"/v1/biz-types/{biz}").json()
     assert (stored["burst"], stored["has_signing_secret"]) == (4, True), stored
     assert stored["registration_rate_per_s"] == 50.0, "a field the form lacks must stay"
 
@@ -354,7 +362,7 @@ def test_a_late_job_says_why_then_where_its_lateness_arose(
     expect(line).to_contain_text(f"paused: biz type {biz} is paused")
     screenshot(page, "why-late")
 
-    page.wait_for_function(f"Date.now() > {job['created_at'] + 1500}")
+    time.sleep(max(0.0, (job["created_at"] + 1500 - now_ms()) / 1000))  # CSP: no eval
     resumed = client.patch(f"/v1/biz-types/{biz}", json={"paused": False})
     assert resumed.status_code == 200, resumed.text
     receiver.wait_answered({"late"}, 200, timeout_s=30)

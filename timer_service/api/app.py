@@ -19,11 +19,13 @@ from timer_service.api import (
     routes_jobs,
     routes_problems,
     routes_schedules,
+    routes_tokens,
 )
+from timer_service.api.access import check_declared
 from timer_service.api.admission import AdmissionGate, AdmissionMiddleware
-from timer_service.api.auth import BearerAuthMiddleware, Tokens, actor_dependency
+from timer_service.api.auth import BearerAuthMiddleware, bearer_scheme
 from timer_service.api.context import ApiContext
-from timer_service.api.docs import GATED_RESPONSES, install_openapi, operation_id
+from timer_service.api.docs import GATED_RESPONSES, install_openapi, operation_id, problems
 from timer_service.api.guards import AllowedHostsMiddleware, JsonBodiesOnlyMiddleware
 from timer_service.api.limits import BodyLimitMiddleware
 from timer_service.api.observe import ObserveMiddleware
@@ -36,6 +38,7 @@ from timer_service.api.problems import (
     on_request_validation,
 )
 from timer_service.api.query_params import refuse_unknown_query
+from timer_service.api.token_table import TokenTable
 from timer_service.clock import Clock
 from timer_service.errors import TimerServiceError
 from timer_service.metrics import Metrics
@@ -55,7 +58,9 @@ Every error is an RFC 9457 problem document (`application/problem+json`) whose `
 Request bodies are JSON only (`Content-Type: application/json`, else 415) and validated
 strictly: unknown fields, numbers with a fraction for integers, and integer times before
 2001 in ms (seconds given for ms) are 422s naming the field. With a token configured,
-every `/v1` path needs `Authorization: Bearer <token>` (the `bearerAuth` scheme).
+every `/v1` path needs `Authorization: Bearer <token>` (the `bearerAuth` scheme): 401
+without a valid one, 403 (`/problems/forbidden`) when its role or biz types do not allow
+the request.
 """
 
 TAGS = [
@@ -65,6 +70,11 @@ TAGS = [
     {
         "name": "console",
         "description": "For operators: bulk cancel and replay by filter, the audit log, stats.",
+    },
+    {
+        "name": "tokens",
+        "description": "Access tokens: a role and the biz types it covers (docs/api.md,"
+        ' "Access control"); 401 without a valid token, 403 outside its rights.',
     },
     {
         "name": "health",
@@ -113,28 +123,33 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    tokens = Tokens(settings.named_tokens())
+    tokens = TokenTable(store.tokens, clock, settings.named_tokens())
     routers = [
         routes_biz.router,
         routes_jobs.router,
         routes_schedules.router,
         routes_console.router,
+        routes_tokens.router,
         routes_health.router,
         routes_canary.router,
         routes_problems.router,
     ]
-    authenticated = [Security(actor_dependency(tokens))]
+    authenticated = [Security(bearer_scheme)]  # the OpenAPI's scheme; checks: BearerAuth
     query_checked = [Depends(refuse_unknown_query)]
     for router in routers:
         if router.prefix.startswith("/v1"):  # behind auth and the admission gate
             app.include_router(
-                router, dependencies=[*authenticated, *query_checked], responses=GATED_RESPONSES
+                router,
+                dependencies=[*authenticated, *query_checked],
+                responses={**problems(401, 403), **GATED_RESPONSES},
             )
         else:
             app.include_router(router, dependencies=query_checked)
     api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
     ]
+    check_declared(api_routes, "/v1")  # every /v1 route says which role it needs
+    app.state.api_routes = api_routes
     app.state.route_methods = [
         (route.path_regex, frozenset(route.methods or ())) for route in api_routes
     ]
@@ -165,4 +180,5 @@ def create_app(
     # What the handlers' dependencies read (api/context.py: `Context`, `SchedulerDep`).
     app.state.context = ctx
     app.state.scheduler = scheduler
+    app.state.tokens = tokens
     return app

@@ -1,51 +1,30 @@
-"""Bearer tokens: who is calling (`request.state.actor`), and a 401 for every /v1 request
-without a valid token, sent before the request body is read.
+"""Bearer tokens: who is calling (`request.state.grant`, its name as `request.state.actor`),
+and a 401 for every /v1 request without a valid token, sent before the body is read.
 
-Two parts on purpose. `BearerAuthMiddleware` does the check for every /v1 path, before
-any route runs: a dependency would come too late (FastAPI reads a declared body before it
-solves dependencies), and a route added without it would be open. The `HTTPBearer`
-dependency that `create_app` puts on the /v1 routers gives the OpenAPI its bearer security
-scheme (Swagger's Authorize button) and checks the token again where it is declared.
+Two parts on purpose. `BearerAuthMiddleware` finds the caller's grant for every /v1 path,
+before any route runs: a dependency would come too late (FastAPI reads a declared body
+before it solves dependencies), and a route added without it would be open. What the
+grant allows is each route's own declaration (api/access.py, `requires`). The
+`HTTPBearer` scheme that `create_app` puts on the /v1 routers documents the bearer
+security scheme in the OpenAPI (Swagger's Authorize button).
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Awaitable, Callable, Mapping
-
-from fastapi import Security
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from timer_service.api.problems import UNAUTHORIZED, Problem, problem_response
+from timer_service.api.access import OPEN_GRANT
+from timer_service.api.problems import UNAUTHORIZED, problem_response
+from timer_service.api.token_table import TokenTable
+from timer_service.errors import StoreUnavailable
 
 PROTECTED_PREFIX = "/v1"
-ANONYMOUS = "anonymous"  # the actor when auth is off, or on a path outside /v1
+ANONYMOUS = OPEN_GRANT.name  # the actor when auth is off, or on a path outside /v1
 _DETAIL = "A valid 'Authorization: Bearer <token>' header is required."
 # Connection: close: the server answers without waiting for (or reading) the body.
 _HEADERS = {"WWW-Authenticate": "Bearer", "Connection": "close"}
-
-
-class Tokens:
-    """The accepted tokens by name; `actor` is the name of the token presented."""
-
-    def __init__(self, named: Mapping[str, str]) -> None:
-        self._named = [(name, token.encode()) for name, token in named.items()]
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._named)
-
-    def actor(self, presented: bytes | None) -> str | None:
-        """The name whose token is `presented` (compared in constant time with every
-        token, whichever matches), or None."""
-        if presented is None:
-            return None
-        found = None
-        for name, token in self._named:
-            if hmac.compare_digest(presented, token):
-                found = name
-        return found
+_UNAVAILABLE_HEADERS = {"Retry-After": "2", "Connection": "close"}
 
 
 def bearer_credentials(header: bytes) -> bytes | None:
@@ -55,19 +34,22 @@ def bearer_credentials(header: bytes) -> bytes | None:
     return credentials.strip() or None
 
 
-def _authorization(scope: Scope) -> bytes | None:
+def _authorization(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
-            return bearer_credentials(value)
+            credentials = bearer_credentials(value)
+            # Header bytes as latin-1: any byte sequence maps to one string.
+            return None if credentials is None else credentials.decode("latin-1")
     return None
 
 
 class BearerAuthMiddleware:
-    """Sets `scope["state"]["actor"]` (Starlette's `request.state.actor`) on every request:
-    the token's name, or "anonymous" when auth is off or the path is outside /v1. A /v1
-    request without a valid token is answered 401 at once, its body never read."""
+    """Sets `scope["state"]["grant"]` and `["actor"]` (Starlette's `request.state`) on
+    every request: the token's grant and name, or the open admin "anonymous" when auth is
+    off or the path is outside /v1. A /v1 request without a valid token is answered 401
+    at once, its body never read."""
 
-    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenTable) -> None:
         self.app = app
         self.tokens = tokens
 
@@ -78,15 +60,23 @@ class BearerAuthMiddleware:
         state = scope.setdefault("state", {})
         protected = self.tokens.enabled and scope["path"].startswith(PROTECTED_PREFIX)
         if not protected:
+            state["grant"] = OPEN_GRANT
             state["actor"] = ANONYMOUS
             await self.app(scope, receive, send)
             return
-        actor = self.tokens.actor(_authorization(scope))
-        if actor is None:
+        try:
+            grant = await self.tokens.grant(_authorization(scope))
+        except StoreUnavailable:
+            detail = "The token table cannot be read: the store is not answering."
+            response = problem_response(503, detail, headers=_UNAVAILABLE_HEADERS)
+            await response(scope, receive, send)
+            return
+        if grant is None:
             response = problem_response(401, _DETAIL, headers=_HEADERS, type_=UNAUTHORIZED)
             await response(scope, receive, send)
             return
-        state["actor"] = actor
+        state["grant"] = grant
+        state["actor"] = grant.name
         await self.app(scope, receive, send)
 
 
@@ -94,25 +84,9 @@ bearer_scheme = HTTPBearer(
     auto_error=False,
     scheme_name="bearerAuth",
     description=(
-        "`Authorization: Bearer <token>`: TIMER_API_TOKEN, or one of TIMER_API_TOKENS."
-        " Required on every /v1 path when the service has a token; no token otherwise."
+        "`Authorization: Bearer <token>`: TIMER_API_TOKEN (or one of TIMER_API_TOKENS), an"
+        " admin, or an access token of `POST /v1/tokens`. Required on every /v1 path when"
+        " the service has a token; no token otherwise. 401: no token, an unknown or a"
+        " revoked one; 403: a valid token whose role or biz types do not allow the request."
     ),
 )
-
-
-def actor_dependency(tokens: Tokens) -> Callable[..., Awaitable[str]]:
-    """The /v1 routers' dependency: the caller's name, checked again from the header."""
-
-    async def actor(
-        credentials: HTTPAuthorizationCredentials | None = Security(bearer_scheme),
-    ) -> str:
-        if not tokens.enabled:
-            return ANONYMOUS
-        # Header values arrive latin-1 decoded: encoded back, they are the bytes sent.
-        presented = credentials.credentials.encode("latin-1") if credentials else None
-        name = tokens.actor(presented)
-        if name is None:
-            raise Problem(401, _DETAIL, headers=_HEADERS, type_=UNAUTHORIZED)
-        return name
-
-    return actor

@@ -23,6 +23,7 @@ from timer_service.api.schemas import (
     ScheduleIn,
     SecretRotateIn,
 )
+from timer_service.api.token_schemas import TokenIn
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     BizTypeIn,
@@ -33,11 +34,13 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobPatchIn,
     BulkIn,
     ScheduleIn,
+    TokenIn,
 )
 
 _DESCRIPTIONS = {
     400: "The body is not valid JSON",
-    401: "Missing or wrong bearer token",
+    401: "Missing, unknown or revoked bearer token",
+    403: "The token's role or biz types do not allow this; nothing was changed",
     404: "Not found",
     409: "Conflicts with the resource's state",
     412: "If-Match names a version that is not the current one",

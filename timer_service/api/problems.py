@@ -55,6 +55,7 @@ Loc = Sequence[str | int]
 PROBLEMS_PATH = "/problems/"
 BAD_REQUEST = PROBLEMS_PATH + "malformed-request"
 UNAUTHORIZED = PROBLEMS_PATH + "unauthorized"
+FORBIDDEN = PROBLEMS_PATH + "forbidden"
 NOT_FOUND = PROBLEMS_PATH + "not-found"
 METHOD_NOT_ALLOWED = PROBLEMS_PATH + "method-not-allowed"
 CONFLICT = PROBLEMS_PATH + "conflict"
@@ -73,6 +74,7 @@ OVER_QUOTA = PROBLEMS_PATH + "over-quota"
 TYPE_BY_STATUS = {
     400: BAD_REQUEST,
     401: UNAUTHORIZED,
+    403: FORBIDDEN,
     404: NOT_FOUND,
     405: METHOD_NOT_ALLOWED,
     409: CONFLICT,
@@ -90,6 +92,8 @@ TYPE_BY_STATUS = {
 PROBLEM_DESCRIPTIONS = {
     BAD_REQUEST: "The body is not valid JSON, or not UTF-8.",
     UNAUTHORIZED: "The request needs 'Authorization: Bearer <token>' with a valid token.",
+    FORBIDDEN: "The token is valid but its role or its biz types do not allow this"
+    ' request; nothing was changed (docs/api.md, "Access control").',
     NOT_FOUND: "No such biz type, job, schedule or route.",
     METHOD_NOT_ALLOWED: "The path exists, not with this method; `Allow` lists the methods.",
     CONFLICT: "The resource's state does not allow this, or the identity exists with"

@@ -8,6 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
+from timer_service.access import Role
+from timer_service.api.access import GrantDep, check_role, requires
 from timer_service.api.biz_config import biz_from_config, stored_config
 from timer_service.api.biz_versions import (
     biz_response,
@@ -71,19 +73,27 @@ def refuse_target(ctx: ApiContext, callback_url: str) -> None:
         **problems(400, 412, 413, 415, 422),
     },
     openapi_extra=json_body(BizTypeIn),
+    dependencies=[requires(Role.OPERATOR, "path")],
 )
-async def put_biz_type(biz_type: BizTypePath, request: Request, ctx: Context) -> Response:
+async def put_biz_type(
+    biz_type: BizTypePath, request: Request, ctx: Context, grant: GrantDep
+) -> Response:
     config = validate(BizTypeIn, await read_json(request))
     refuse_target(ctx, config.callback_url)
     store = ctx.store.biz_types
     existing = await store.get_biz_type(biz_type)
+    if existing is None:
+        check_role(grant, Role.ADMIN)  # replacing is an operator's; creating an admin's
     check_preconditions(request, existing)
     now = ctx.clock.now_ms()
     biz = biz_from_config(biz_type, config, now, existing)
     conditional = is_conditional(request)
+    # Below admin, replace only the version read: a delete meanwhile must not let an
+    # operator create the biz type anew.
+    guarded = conditional or not grant.allows(Role.ADMIN)
     was_created = await store.put_biz_type(
         biz,
-        only_if_updated_at=existing.updated_at if conditional and existing else None,
+        only_if_updated_at=existing.updated_at if guarded and existing else None,
         create_only=conditional and existing is None,
     )
     stored = await store.get_biz_type(biz_type) or biz
@@ -113,6 +123,7 @@ async def put_biz_type(biz_type: BizTypePath, request: Request, ctx: Context) ->
     response_model=BizTypeOut,
     responses=problems(400, 404, 409, 412, 413, 415, 422),
     openapi_extra=json_body(BizTypePatchIn, media_types=(MERGE_PATCH, "application/json")),
+    dependencies=[requires(Role.OPERATOR, "path")],
 )
 async def patch_biz_type(biz_type: BizTypePath, request: Request, ctx: Context) -> Response:
     patch = await read_json(request)
@@ -155,6 +166,7 @@ async def patch_biz_type(biz_type: BizTypePath, request: Request, ctx: Context) 
     response_model=SecretRotatedOut,
     responses=problems(400, 404, 409, 413, 415, 422),
     openapi_extra=json_body(SecretRotateIn, required=False),
+    dependencies=[requires(Role.OPERATOR, "path")],
 )
 async def rotate_secret(biz_type: BizTypePath, request: Request, ctx: Context) -> Response:
     raw = await request.body()
@@ -183,9 +195,12 @@ async def rotate_secret(biz_type: BizTypePath, request: Request, ctx: Context) -
     "/biz-types",
     summary="List biz types",
     response_model=BizTypeListOut,
+    dependencies=[requires(Role.VIEWER)],
 )
-async def list_biz_types(ctx: Context) -> Response:
-    items = business_biz_types(await ctx.store.biz_types.list_biz_types())
+async def list_biz_types(ctx: Context, grant: GrantDep) -> Response:
+    items = grant.visible(
+        business_biz_types(await ctx.store.biz_types.list_biz_types()), lambda b: b.biz_type
+    )
     now = ctx.clock.now_ms()
     return JSONResponse({"items": [biz.to_public(now) for biz in items]})
 
@@ -195,6 +210,7 @@ async def list_biz_types(ctx: Context) -> Response:
     summary="Read a biz type (never its signing secret), with its `ETag`",
     response_model=BizTypeOut,
     responses=problems(404, 422),
+    dependencies=[requires(Role.VIEWER, "path")],
 )
 async def get_biz_type(biz_type: BizTypePath, ctx: Context) -> Response:
     biz = await ctx.store.biz_types.get_biz_type(biz_type)
@@ -209,6 +225,7 @@ async def get_biz_type(biz_type: BizTypePath, ctx: Context) -> Response:
     status_code=204,
     response_class=Response,
     responses=problems(404, 409, 422),
+    dependencies=[requires(Role.ADMIN, "path")],
 )
 async def delete_biz_type(biz_type: BizTypePath, request: Request, ctx: Context) -> Response:
     if not await ctx.store.biz_types.delete_biz_type(biz_type):

@@ -9,6 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from timer_service.access import Role
+from timer_service.api.access import GrantDep, check_biz_type, grant_of, requires
 from timer_service.api.bodies import read_json, validate
 from timer_service.api.console_schemas import AuditPageOut, BizStatsOut, BulkIn, BulkOut, StatsOut
 from timer_service.api.context import ApiContext, Context, SchedulerDep
@@ -49,6 +51,7 @@ async def bulk(
     """What `bulk_cancel` and `bulk_replay` do, `action` apart."""
     body = validate(BulkIn, await read_json(request))
     given = body.filter
+    check_biz_type(grant_of(request), given.biz_type)
     where = JobFilter(
         biz_type=given.biz_type,
         states=None if given.state is None else frozenset({JobState(given.state)}),
@@ -100,6 +103,7 @@ bulk_responses = problems(400, 404, 413, 422)
     response_model=BulkOut,
     responses=bulk_responses,
     openapi_extra=json_body(BulkIn),
+    dependencies=[requires(Role.OPERATOR, "body")],
 )
 async def bulk_cancel(request: Request, ctx: Context, scheduler: SchedulerDep) -> Response:
     return await bulk(BulkAction.CANCEL, request, ctx, scheduler)
@@ -112,6 +116,7 @@ async def bulk_cancel(request: Request, ctx: Context, scheduler: SchedulerDep) -
     response_model=BulkOut,
     responses=bulk_responses,
     openapi_extra=json_body(BulkIn),
+    dependencies=[requires(Role.OPERATOR, "body")],
 )
 async def bulk_replay(request: Request, ctx: Context, scheduler: SchedulerDep) -> Response:
     return await bulk(BulkAction.REPLAY, request, ctx, scheduler)
@@ -122,16 +127,21 @@ async def bulk_replay(request: Request, ctx: Context, scheduler: SchedulerDep) -
     summary="The audit log of operator actions, newest first",
     response_model=AuditPageOut,
     responses=problems(422),
+    dependencies=[requires(Role.VIEWER, "query")],
 )
 async def list_audit(
     ctx: Context,
+    grant: GrantDep,
     biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
     action: AuditAction | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
     cursor: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
 ) -> Response:
+    if biz_type is None:
+        biz_type = grant.only_biz_type
     entries, next_cursor = await ctx.store.audit.list_entries(biz_type, action, limit, cursor)
-    return JSONResponse({"items": [e.to_public() for e in entries], "next_cursor": next_cursor})
+    visible = grant.visible(entries, lambda entry: entry.biz_type)  # a page may end short
+    return JSONResponse({"items": [e.to_public() for e in visible], "next_cursor": next_cursor})
 
 
 async def stats_of(
@@ -155,11 +165,12 @@ async def stats_of(
     "/stats",
     summary="Per biz type: jobs by state, outcomes of the last minute, lateness p99",
     response_model=StatsOut,
+    dependencies=[requires(Role.VIEWER)],
 )
-async def stats(
-    ctx: Context,
-) -> Response:
-    bizes = business_biz_types(await ctx.store.biz_types.list_biz_types())
+async def stats(ctx: Context, grant: GrantDep) -> Response:
+    bizes = grant.visible(
+        business_biz_types(await ctx.store.biz_types.list_biz_types()), lambda b: b.biz_type
+    )
     at = ctx.clock.now_ms()
     return JSONResponse({"at": at, "items": await stats_of(ctx, bizes, None)})
 
@@ -169,6 +180,7 @@ async def stats(
     summary="One biz type's stats",
     response_model=BizStatsOut,
     responses=problems(404, 422),
+    dependencies=[requires(Role.VIEWER, "path")],
 )
 async def biz_type_stats(ctx: Context, biz_type: BizTypePath) -> Response:
     biz = await ctx.store.biz_types.get_biz_type(biz_type)

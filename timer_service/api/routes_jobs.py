@@ -9,6 +9,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from timer_service.access import Role
+from timer_service.api.access import GrantDep, check_biz_type, requires
 from timer_service.api.bodies import BODY, UNKNOWN_FIELD, invalid, read_json
 from timer_service.api.context import ApiContext, Context, SchedulerDep
 from timer_service.api.docs import OVER_QUOTA_RESPONSES, json_body, problems
@@ -88,11 +90,13 @@ router = APIRouter(prefix="/v1", tags=["jobs"], responses=problems(401, 500))
         **OVER_QUOTA_RESPONSES,
     },
     openapi_extra=json_body(JobCreateIn),
+    dependencies=[requires(Role.PRODUCER, "body")],
 )
-async def create_job(ctx: Context, request: Request) -> Response:
+async def create_job(ctx: Context, request: Request, grant: GrantDep) -> Response:
     data = await read_json(request)
     now = ctx.clock.now_ms()
     job = parse_create(data, now, ctx.job_limits, trace=request_trace(request))
+    check_biz_type(grant, job.biz_type)
     [result] = await ctx.registrar.register([job], now)
     if isinstance(result, InvalidInput):
         raise Problem.invalid([*BODY, *result.loc], str(result))
@@ -111,9 +115,17 @@ async def create_job(ctx: Context, request: Request) -> Response:
     response_model=BatchOut,
     responses={**problems(400, 413, 415, 422), **OVER_QUOTA_RESPONSES},
     openapi_extra=json_body(JobBatchIn),
+    dependencies=[requires(Role.PRODUCER, "body")],
 )
-async def create_jobs(ctx: Context, request: Request) -> Response:
+async def create_jobs(ctx: Context, request: Request, grant: GrantDep) -> Response:
     items = _batch_items(await read_json(request))
+    # An item outside the token's biz types refuses the whole batch (403, nothing
+    # written): the contract's per-item statuses are about the items' data, and a
+    # batch half-written for a caller acting beyond its rights helps nobody.
+    for item in items:
+        named = item.get("biz_type") if isinstance(item, dict) else None
+        if isinstance(named, str):
+            check_biz_type(grant, named)
     now = ctx.clock.now_ms()
     trace = request_trace(request)
     results: list[dict[str, Any] | None] = [None] * len(items)
@@ -148,9 +160,11 @@ async def create_jobs(ctx: Context, request: Request) -> Response:
     ),
     response_model=JobPageOut,
     responses=problems(422),
+    dependencies=[requires(Role.VIEWER, "query")],
 )
 async def list_jobs(
     ctx: Context,
+    grant: GrantDep,
     biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
     state: JobState | None = None,
     label: Annotated[list[str] | None, Query(description="key:value; may repeat")] = None,
@@ -170,6 +184,8 @@ async def list_jobs(
         check_cursor(cursor, biz_type)
     if due_after is not None and due_before is not None and due_after >= due_before:
         raise Problem.invalid(["query", "due_after"], "must be before due_before")
+    if biz_type is None:
+        biz_type = grant.only_biz_type  # a token of one biz type lists it alone, fast
     where = JobFilter(
         biz_type=biz_type,
         states=None if state is None else frozenset({state}),
@@ -182,7 +198,10 @@ async def list_jobs(
         jobs, next_cursor = await business_jobs(ctx, where, limit, cursor or None)
     except (InvalidInput, ValueError):
         raise Problem.invalid(["query", "cursor"], "is not a cursor this API gave") from None
-    return JSONResponse({"items": [job.to_public() for job in jobs], "next_cursor": next_cursor})
+    # Without a filter, a page shows only the token's biz types; it may then end short,
+    # as any filtered page may (docs/api.md, "Search"): next_cursor goes on.
+    visible = grant.visible(jobs, lambda job: job.biz_type)
+    return JSONResponse({"items": [job.to_public() for job in visible], "next_cursor": next_cursor})
 
 
 @router.get(
@@ -190,6 +209,7 @@ async def list_jobs(
     summary="Read a job, with its attempt history and why it is late",
     response_model=JobDetailOut,
     responses=problems(404, 422),
+    dependencies=[requires(Role.VIEWER, "path")],
 )
 async def get_job(ctx: Context, biz_type: BizTypePath, job_id: JobIdPath) -> Response:
     job = await ctx.store.jobs.get_job(biz_type, job_id)
@@ -203,6 +223,7 @@ async def get_job(ctx: Context, biz_type: BizTypePath, job_id: JobIdPath) -> Res
     summary="Cancel a job (pending, dispatched or already cancelled)",
     response_model=JobOut,
     responses=problems(404, 409, 422),
+    dependencies=[requires(Role.PRODUCER, "path")],
 )
 async def cancel_job(
     ctx: Context,
@@ -226,6 +247,7 @@ async def cancel_job(
     response_model=JobOut,
     responses=problems(400, 404, 409, 413, 415, 422),
     openapi_extra=json_body(JobPatchIn),
+    dependencies=[requires(Role.PRODUCER, "path")],
 )
 async def reschedule_job(
     ctx: Context, biz_type: BizTypePath, job_id: JobIdPath, request: Request
@@ -247,6 +269,7 @@ async def reschedule_job(
     summary="Make a dead job pending again, now, with a fresh attempt budget",
     response_model=JobOut,
     responses=problems(404, 409, 422),
+    dependencies=[requires(Role.OPERATOR, "path")],
 )
 async def replay_job(
     ctx: Context, biz_type: BizTypePath, job_id: JobIdPath, request: Request

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from timer_service.access import Role
+from timer_service.api.access import GrantDep, requires
 from timer_service.api.bodies import BODY, encode_checked, invalid, read_json, validate
 from timer_service.api.context import Context, SchedulerDep
 from timer_service.api.docs import json_body, problems
@@ -98,6 +100,7 @@ def spec_from(data: Any, max_payload_bytes: int) -> ScheduleSpec:
         **problems(400, 413, 415, 422),
     },
     openapi_extra=json_body(ScheduleIn),
+    dependencies=[requires(Role.PRODUCER, "path")],
 )
 async def put_schedule(
     ctx: Context,
@@ -133,12 +136,14 @@ async def put_schedule(
     summary="List schedules, of one biz type or all",
     response_model=ScheduleListOut,
     responses=problems(422),
+    dependencies=[requires(Role.VIEWER, "query")],
 )
 async def list_schedules(
     scheduler: SchedulerDep,
+    grant: GrantDep,
     biz_type: Annotated[str | None, Query(pattern=BIZ_TYPE_PATTERN)] = None,
 ) -> Response:
-    items = await scheduler.list(biz_type)
+    items = grant.visible(await scheduler.list(biz_type), lambda s: s.biz_type)
     return JSONResponse({"items": [s.to_public() for s in items]})
 
 
@@ -147,6 +152,7 @@ async def list_schedules(
     summary="Read a schedule and where it stands",
     response_model=ScheduleOut,
     responses=problems(404, 422),
+    dependencies=[requires(Role.VIEWER, "path")],
 )
 async def get_schedule(
     scheduler: SchedulerDep, biz_type: BizTypePath, schedule_id: ScheduleIdPath
@@ -163,6 +169,7 @@ async def get_schedule(
     status_code=204,
     response_class=Response,
     responses=problems(404, 422),
+    dependencies=[requires(Role.PRODUCER, "path")],
 )
 async def delete_schedule(
     ctx: Context,

@@ -28,6 +28,7 @@ from timer_service.store.ports.rounds import RoundsPort
 from timer_service.store.ports.scan import ScanPort
 from timer_service.store.ports.schedules import SchedulesPort
 from timer_service.store.ports.sweep import SweepPort
+from timer_service.store.ports.tokens import TokensPort
 
 PORTS: dict[str, type] = {
     "biz_types": BizTypesPort,
@@ -44,6 +45,7 @@ PORTS: dict[str, type] = {
     "pointers": PointersPort,
     "outcomes": OutcomesPort,
     "brokers": BrokersPort,
+    "tokens": TokensPort,
 }
 
 
@@ -93,6 +95,9 @@ class Store(Protocol):
 
     @property
     def brokers(self) -> BrokersPort: ...
+
+    @property
+    def tokens(self) -> TokensPort: ...
 
     async def setup(self) -> None:
         """Create collections and indexes; idempotent."""

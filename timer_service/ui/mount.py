@@ -1,8 +1,15 @@
 """Serve the console's static files at /ui/ and Swagger UI from local assets at /docs.
 
 Both are outside auth (static files hold no data); the console asks for the bearer
-token when an API call answers 401. Nothing here reaches the network: every asset
-is a file of this package.
+token when an API call answers 401, then `GET /v1/tokens/self` for what it may show.
+Nothing here reaches the network: every asset is a file of this package.
+
+The console's answers carry a Content-Security-Policy of its own origin only: it has no
+inline script or style (everything is built with the DOM API from js/ modules), so
+neither is allowed, and a script injected through data shown on a page cannot run. It
+may not be framed (`frame-ancestors 'none'`, and `X-Frame-Options` for older browsers:
+no clickjacking of Cancel or Replay), and `nosniff` keeps a file served as one type
+from being run as another.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HERE = Path(__file__).parent
 CONSOLE_DIR = HERE / "static"
@@ -27,14 +35,51 @@ FAVICON_PATH = f"{CONSOLE_PATH}/favicon.svg"
 SWAGGER_PARAMETERS = {"validatorUrl": None, "deepLinking": True, "persistAuthorization": True}
 
 
+CONSOLE_CSP = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+    )
+)
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": CONSOLE_CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class SecurityHeaders:
+    """Adds `headers` to every response of the wrapped app."""
+
+    def __init__(self, app: ASGIApp, headers: dict[str, str]) -> None:
+        self.app = app
+        self.raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *self.raw]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
 def install_console(app: FastAPI) -> None:
     """`GET /ui/` serves the console; `/ui` redirects there (relative asset paths)."""
 
     @app.get(CONSOLE_PATH, include_in_schema=False)
     async def console_redirect() -> RedirectResponse:
-        return RedirectResponse(f"{CONSOLE_PATH}/", status_code=308)
+        return RedirectResponse(f"{CONSOLE_PATH}/", status_code=308, headers=CONSOLE_HEADERS)
 
-    app.mount(CONSOLE_PATH, StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
+    files = StaticFiles(directory=CONSOLE_DIR, html=True)
+    app.mount(CONSOLE_PATH, SecurityHeaders(files, CONSOLE_HEADERS), name="console")
 
 
 def install_docs(app: FastAPI) -> None:

@@ -22,6 +22,7 @@ from timer_service.store.memory.schedules import MemorySchedules
 from timer_service.store.memory.scope import Scope
 from timer_service.store.memory.state import MemoryState
 from timer_service.store.memory.sweep import MemorySweep
+from timer_service.store.memory.tokens import MemoryTokens
 
 
 class MemoryStore:
@@ -52,6 +53,7 @@ class MemoryStore:
         self.console = MemoryConsole(self.state)
         self.audit = MemoryAudit(retention_ms)
         self.schedules = MemorySchedules(self.state)
+        self.tokens = MemoryTokens()
 
     def sibling(self) -> MemoryStore:
         """Another process's adapter over the same data: its own partition scope

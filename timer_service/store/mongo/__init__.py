@@ -30,6 +30,7 @@ from timer_service.store.mongo.schedules import MongoSchedules
 from timer_service.store.mongo.schema import ensure_schema
 from timer_service.store.mongo.scope import Scope
 from timer_service.store.mongo.sweep import MongoSweep
+from timer_service.store.mongo.tokens import MongoTokens
 
 
 def durable_writes(url: str) -> dict[str, Any]:
@@ -123,6 +124,7 @@ class MongoStore:
         self.jobs = translated(MongoJobs(acknowledged, mover))
         self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
         self.audit = translated(MongoAudit(acknowledged))
+        self.tokens = translated(MongoTokens(acknowledged))
         scope = Scope(partitions)  # this process's partitions: `ScanPort.own`
         self.scan = translated(MongoScan(self.layout, scope))
         self.rounds = translated(MongoRounds(self.layout, scope))

@@ -4,6 +4,7 @@
 import { tokenDialog } from "./dom.js";
 
 const TOKEN_KEY = "timer-console-token";
+export const TOKEN_CHANGED = "timer-token-changed";
 
 export class ApiError extends Error {
   constructor(status, problem) {
@@ -26,7 +27,10 @@ async function askToken() {
     });
   }
   const token = await pendingToken;
-  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  if (token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    document.dispatchEvent(new Event(TOKEN_CHANGED)); // whoami.js learns the new role
+  }
   return token;
 }
 

@@ -18,6 +18,8 @@ const ACTIONS = [
   "biz_type.rotate_secret",
   "schedule.put",
   "schedule.delete",
+  "token.create",
+  "token.delete",
 ];
 const COLUMNS = ["at", "actor", "action", "biz type", "target", "count", "detail"];
 

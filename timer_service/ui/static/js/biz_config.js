@@ -187,7 +187,7 @@ export function configForm(config, onSave) {
     field("max backoff (ms)", maxBackoff),
     field("backoff multiplier", multiplier),
     h("label", { class: "field" }, h("span", {}, "paused"), paused),
-    h("div", { class: "actions" }, h("button", { class: "primary", testid: "save-config" }, config ? "Save…" : "Create…")),
+    h("div", { class: "actions" }, h("button", { class: "primary", testid: "save-config", "data-needs": config ? "operator" : "admin" }, config ? "Save…" : "Create…")),
   );
   return form;
 }

@@ -21,7 +21,7 @@ export function deadLettersSection(bizType, onChanged) {
     testid: "dead-letters",
     empty: "No dead job.",
   });
-  const replayAll = h("button", { testid: "replay-all-dead" }, "Replay all dead…");
+  const replayAll = h("button", { testid: "replay-all-dead", "data-needs": "operator" }, "Replay all dead…");
   const progress = h("div", { class: "bulk-progress", testid: "dead-bulk-progress" });
   replayAll.addEventListener("click", async () => {
     replayAll.disabled = true;
@@ -106,7 +106,7 @@ export function searchSection(bizType, onChanged) {
     return out;
   };
   const bulkButton = (action, label) => {
-    const button = h("button", { type: "button", testid: `bulk-${action}` }, label);
+    const button = h("button", { type: "button", testid: `bulk-${action}`, "data-needs": "operator" }, label);
     button.addEventListener("click", async () => {
       button.disabled = true;
       try {

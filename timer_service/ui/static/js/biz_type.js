@@ -55,7 +55,7 @@ export async function bizTypeView(main, [name], life) {
     return;
   }
   const badge = h("span", { class: "badge", testid: "paused-badge" });
-  const toggle = h("button", { testid: "pause-toggle" });
+  const toggle = h("button", { testid: "pause-toggle", "data-needs": "operator" });
   const summary = h("p", { class: "muted", testid: "biz-summary" });
   const formSlot = h("div", {});
   const stats = statsPanel();

@@ -134,7 +134,7 @@ export function tokenDialog() {
       h(
         "p",
         {},
-        "The API asks for a bearer token (TIMER_API_TOKEN or a named token). " +
+        "The API asks for a bearer token (TIMER_API_TOKEN, a named token, or an access token tmr_…). " +
           "It is kept in this tab only (sessionStorage).",
       ),
       h("label", {}, "Token ", input),

@@ -52,10 +52,10 @@ function jobDetails(job, onChange) {
   const path = `/v1/jobs/${enc(job.biz_type)}/${enc(job.job_id)}`;
   const buttons = [];
   if (CANCELLABLE.has(job.state)) {
-    buttons.push(h("button", { testid: "job-cancel", onclick: () => act("Cancel", "DELETE", path) }, "Cancel…"));
+    buttons.push(h("button", { testid: "job-cancel", "data-needs": "producer", onclick: () => act("Cancel", "DELETE", path) }, "Cancel…"));
   }
   if (job.state === "dead") {
-    buttons.push(h("button", { testid: "job-replay", onclick: () => act("Replay", "POST", `${path}/replay`) }, "Replay…"));
+    buttons.push(h("button", { testid: "job-replay", "data-needs": "operator", onclick: () => act("Replay", "POST", `${path}/replay`) }, "Replay…"));
   }
   return h(
     "div",

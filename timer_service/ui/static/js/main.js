@@ -7,6 +7,7 @@ import { clearError, h, replaceChildren } from "./dom.js";
 import { jobView } from "./job.js";
 import { overviewView } from "./overview.js";
 import { schedulesView } from "./schedules.js";
+import { whoami } from "./whoami.js";
 
 export const POLL_INTERVAL_MS = 3000;
 
@@ -73,4 +74,4 @@ async function route() {
 }
 
 window.addEventListener("hashchange", route);
-route();
+whoami().finally(route); // the role first, so a view never flashes an action it hides

@@ -50,7 +50,7 @@ export async function overviewView(main, _params, life) {
       { class: "view-head" },
       h("h1", {}, "Biz types"),
       updated,
-      h("a", { class: "button", href: "#/new", testid: "new-biz-type" }, "New biz type"),
+      h("a", { class: "button", href: "#/new", testid: "new-biz-type", "data-needs": "admin" }, "New biz type"),
     ),
     h(
       "table",
