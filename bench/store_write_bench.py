@@ -38,7 +38,7 @@ STAGES = ("create", "reschedule", "claim", "mark", "outcome")
 
 
 def ref_of(c: Claimed) -> SendRef:
-    return SendRef(c.biz_type, c.job_id, c.second, c.claim, due_at=c.due_at)
+    return SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket, due_at=c.due_at)
 
 
 async def one_run(
