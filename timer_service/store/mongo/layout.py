@@ -36,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from bson import ObjectId
-from pymongo import AsyncMongoClient, UpdateOne, WriteConcern
+from pymongo import AsyncMongoClient, ReadPreference, UpdateOne, WriteConcern
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
@@ -85,7 +85,12 @@ class Layout:
         self.buckets_n = buckets
         self.partitions = partitions
         self.retention_ms = retention_ms
-        self.db: AsyncDatabase[Doc] = client.get_database(db_name, write_concern=write_concern)
+        # Every read of the store must see the writes before it (a claim's read-back,
+        # a create's read of the job its locator names): the primary's, whatever
+        # the URL says (docs/architecture.md, "Across a replica-set election").
+        self.db: AsyncDatabase[Doc] = client.get_database(
+            db_name, write_concern=write_concern, read_preference=ReadPreference.PRIMARY
+        )
         self.locator = self.db[LOCATOR_COLLECTION]
         self.seconds = self.db[SECONDS_COLLECTION]
         self.biz = self.db[BIZ_TYPES_COLLECTION]
