@@ -141,3 +141,22 @@ async def test_a_claim_of_a_second_this_process_never_listed_reads_its_buckets(
         assert again.job_id == "a" and again.bucket == FIRST % 60, again
     finally:
         await other.close()
+
+
+async def test_a_load_forgets_another_bucket_whose_jobs_left_the_second(
+    store: MongoStore,
+) -> None:
+    await store.jobs.create_jobs([new("a"), new("d"), new("b", due_at=NOW + 7000)], NOW)
+    claimed = {c.job_id: c for c in await claim_second(store, FIRST)}
+    await store.outcomes.record_outcomes([retry_of(claimed["a"])], NOW + 5000)  # into LATER
+    await store.jobs.reschedule_job("orders", "a", NOW + 9000, None, NOW + 5000)  # out again
+    [entry] = await store.scan.next_seconds(LATER, LATER, 1)
+    assert [key for key, _ in await store.scan.load_second(LATER, 1)] == ["orders/b"]
+    stored = await store.layout.seconds.find_one({"_id": LATER})
+    assert stored is not None and stored["buckets"] == [LATER % 60], stored
+    # Another job of FIRST's bucket is retried into LATER: the release misses, and the
+    # claims that follow read FIRST's bucket again.
+    await store.outcomes.record_outcomes([retry_of(claimed["d"])], NOW + 5000)
+    assert await store.scan.release_second(entry, 1) is False
+    later = await claim_second(store, LATER, "c2")
+    assert sorted(c.job_id for c in later) == ["b", "d"], later

@@ -198,3 +198,19 @@ async def test_a_finished_job_is_never_dated_in_the_past(store: MongoStore) -> N
     assert job_doc is not None
     wall = datetime.now(UTC) + timedelta(days=29)
     assert job_doc["expire_at"].replace(tzinfo=UTC) > wall, job_doc["expire_at"]
+
+
+async def test_a_reschedule_far_ahead_extends_the_locator_and_a_near_one_writes_none(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.jobs.create_jobs([new("a"), new("b")], NOW)
+    spy = LocatorCalls(store.jobs._l.locator)
+    monkeypatch.setattr(store.jobs._l, "locator", spy)
+    await store.jobs.reschedule_job("orders", "a", NOW + 3_600_000, None, NOW)
+    assert spy.calls == ["find_one"], f"a reschedule by an hour wrote the locator: {spy.calls}"
+    monkeypatch.undo()
+    far = NOW + 400 * 86_400_000  # past what the locator was written for
+    await store.jobs.reschedule_job("orders", "b", far, None, NOW)
+    loc = await store.layout.locator.find_one({"_id": "orders/b"})
+    assert loc is not None
+    assert loc["expire_at"] >= store.layout.locator_expire_at(far + LOCATOR_SLACK_MS), loc

@@ -69,9 +69,10 @@ class MongoConsole:
             return []
         keys = [job.key for job, _ in changes]
         found = await self._l.locator.find(
-            {"_id": {"$in": keys}}, {"bucket": 1, "second": 1}
+            {"_id": {"$in": keys}}, {"bucket": 1, "second": 1, "expire_at": 1}
         ).to_list(None)
         homes = {loc["_id"]: self._l.home_of(loc) for loc in found}
+        expiries = {loc["_id"]: loc.get("expire_at") for loc in found}
         by_home: dict[int, list[tuple[Job, Change]]] = defaultdict(list)
         for job, change in changes:
             if job.key in homes:  # else gone meanwhile (its retention ended)
@@ -79,6 +80,17 @@ class MongoConsole:
         done: list[Job] = []
         for bucket, items in by_home.items():
             done.extend(await self._apply_in_place(bucket, items, now_ms))
+        # Set to fire so much later that their locators might not outlive them: extended
+        # (as `MongoJobs._apply_in_place`; normally none, and no command is sent).
+        later = [
+            j
+            for j in done
+            if j.state == JobState.PENDING
+            and self._l.locator_outgrown(expiries.get(j.key), j.next_attempt_at or now_ms)
+        ]
+        if later:
+            ends_ms = max(j.next_attempt_at or now_ms for j in later) + LOCATOR_SLACK_MS
+            await self._l.extend_locators([j.key for j in later], ends_ms)
         return done
 
     async def _apply_in_place(
@@ -113,18 +125,6 @@ class MongoConsole:
             for j, ch in changed
             if (second := ch.next_second) is not None
         )
-        # Set to fire well past when their locators were written for: extended (a
-        # conditional write that normally matches nothing).
-        later = [
-            j.next_attempt_at
-            for j, ch in changed
-            if ch.next_second is not None and j.next_attempt_at is not None
-        ]
-        if later:
-            ends_ms = max(max(later), now_ms) + LOCATOR_SLACK_MS
-            await self._l.extend_locators(
-                [j.key for j, ch in changed if ch.next_second is not None], ends_ms
-            )
         return [j for j, _ in changed]
 
     async def count_by_state(self, biz_type: str | None) -> dict[tuple[str, JobState], int]:

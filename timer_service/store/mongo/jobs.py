@@ -9,7 +9,6 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from pymongo import ReturnDocument
 
@@ -242,18 +241,14 @@ class MongoJobs:
         second = change.next_second
         if second is not None:
             await self._l.bump([(self._l.slot(job.key, second), home)])
-            # Set to fire later than its locator was written for: the locator outlives
-            # it again (an API call, rare; normally no command).
-            ends_ms = max(job.next_attempt_at or now_ms, now_ms) + LOCATOR_SLACK_MS
-            expiry = loc.get("expire_at")
-            if expiry is not None and _aware(expiry) < self._l.locator_expire_at(ends_ms):
-                await self._l.extend_locators([job.key], ends_ms)
+            # Set to fire so much later than its locator was written for that the
+            # locator might not outlive it: extended (an API call, rare; a reschedule
+            # by less than half the slack sends nothing: the identity keeper extends
+            # a job still waiting half the slack after its fire time).
+            fires_ms = max(job.next_attempt_at or now_ms, now_ms)
+            if self._l.locator_outgrown(loc.get("expire_at"), fires_ms):
+                await self._l.extend_locators([job.key], fires_ms + LOCATOR_SLACK_MS)
         # The locator outlives its job (layout.locator_expire_at, outlives_locator).
         if change.finishes and self._l.outlives_locator(doc["due_at"], now_ms):
             await self._l.extend_locators([doc["_id"]], now_ms)
         return job
-
-
-def _aware(at: datetime) -> datetime:
-    """A stored time as an aware one (a client without tz_aware reads naive UTC)."""
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -168,6 +168,18 @@ class Layout:
         fires_ms = max(now_ms, wall_ms, job.next_attempt_at or job.due_at)
         return self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS)
 
+    def locator_outgrown(self, expiry: datetime | None, fires_ms: int) -> bool:
+        """Whether a job set to fire at `fires_ms` (a reschedule, a replay) has outgrown
+        its locator, written with `expiry`: when it fires more than half the slack
+        later than the locator was written for. Less needs nothing: a job ending
+        within half the slack of its fire time is covered, and one still waiting then
+        has its locator extended by the identity keeper (`keep_identities`)."""
+        if expiry is None:
+            return False  # written before expiries were set at write time: none
+        if expiry.tzinfo is None:  # a client without tz_aware reads naive UTC
+            expiry = expiry.replace(tzinfo=UTC)
+        return expiry < self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS // 2)
+
     @staticmethod
     def outlives_locator(due_at: int | None, ends_ms: int) -> bool:
         """Whether a job due at `due_at` that ends at `ends_ms` may outlive its locator.

@@ -81,7 +81,7 @@ class MongoScan(Scoped):
         stamp = {"_id": slots[0] if len(slots) == 1 else {"$in": slots}}
         if len(slots) == 1:
             entry = await self._l.seconds.find_one_and_update(
-                stamp, {"$max": {"f": fence}}, {"buckets": 1}
+                stamp, {"$max": {"f": fence}}, {"buckets": 1, "v": 1}
             )
             entries = [] if entry is None else [entry]
         else:
@@ -98,11 +98,27 @@ class MongoScan(Scoped):
                 for b in buckets
             )
         )
+        if len(entries) == 1 and "buckets" in entries[0]:
+            empty = [b for b, docs in zip(buckets, found, strict=True) if not docs]
+            if empty:
+                await self._forget_buckets(second, entries[0], empty)
         return [(d["_id"], d["next_attempt_at"]) for docs in found for d in docs]
 
+    async def _forget_buckets(self, second: int, entry: Doc, empty: list[int]) -> None:
+        """Take buckets that hold no pending job of `second` off its entry, so that its
+        claims do not read them (named by jobs rescheduled, retried or cancelled out of
+        the second since). Only at the version read before the load: a write into the
+        second since then (which names its bucket again) makes it miss."""
+        pulled = await self._l.seconds.update_one(
+            {"_id": entry["_id"], "v": entry["v"]}, {"$pull": {"buckets": {"$in": empty}}}
+        )
+        if pulled.modified_count:
+            kept = [b for b in self._l.buckets_of_entry(entry) if b not in empty]
+            self._remember(second, kept or [self._l.bucket_no(second)])
+
     def _buckets_named(self, second: int, entries: list[Doc]) -> list[int]:
-        """The buckets these entries of `second` name; with no entry (released, or
-        lost and not yet restored by the sweep), its own bucket."""
+        """The buckets these entries of `second` name; with none (no entry, or one
+        whose buckets were all found empty), its own bucket."""
         named = {b for e in entries for b in self._l.buckets_of_entry(e)}
         return sorted(named) or [self._l.bucket_no(second)]
 
@@ -131,9 +147,15 @@ class MongoScan(Scoped):
         now_ms: int,
         limit: int | None = None,
     ) -> list[Claimed]:
+        buckets = await self._buckets_of(second)  # nearly always one: the second's own
+        if limit is None:  # side by side
+            found = await asyncio.gather(
+                *(self._claim_in(b, second, upto_ms, claim, fence, now_ms, None) for b in buckets)
+            )
+            return [c for got in found for c in got]
         claimed: list[Claimed] = []
-        for b in await self._buckets_of(second):  # nearly always one: the second's own
-            left = None if limit is None else limit - len(claimed)
+        for b in buckets:  # bounded: one after another, until the limit
+            left = limit - len(claimed)
             if left == 0:
                 break
             claimed += await self._claim_in(b, second, upto_ms, claim, fence, now_ms, left)
