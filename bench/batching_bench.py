@@ -15,7 +15,9 @@ MongoDB adapter sends for it:
 - a send mark (`start_sending`): one update command per bucket among its jobs (a
   statement per claim in it), the message carrying its job (MongoDB only; payload
   <= 1 KiB, the normal case);
-- outcomes (`record_outcomes`): one bulk update per bucket among its jobs.
+- outcomes (`record_outcomes`): one bulk update per bucket among its jobs (their home
+  buckets, named by their messages), and one bump of the seconds index if any is a
+  retry.
 
 Everything else (leases, heartbeats, the seconds index, loads, the reconciler) is
 counted as port calls per second: paid per interval, whatever the rate.
@@ -66,14 +68,23 @@ def _round(args: tuple[Any, ...], result: Any) -> tuple[int, int]:
     return 0, 1
 
 
+def _home(ref: Any) -> int:
+    """The bucket a message names (before jobs had homes: its second's)."""
+    bucket = getattr(ref, "bucket", None)
+    return ref.second % BUCKETS if bucket is None else int(bucket)
+
+
 def _marked(args: tuple[Any, ...], result: Any) -> tuple[int, int]:
     refs = args[0]
-    return len(refs), len({r.second % BUCKETS for r in refs})
+    return len(refs), len({_home(r) for r in refs})
 
 
 def _recorded(args: tuple[Any, ...], result: Any) -> tuple[int, int]:
+    # One bulk update per home bucket among them, and one seconds-index bump when
+    # any is a retry.
     outcomes = args[0]
-    return len(outcomes), len({o.ref.second % BUCKETS for o in outcomes})
+    bump = any(o.next_attempt_at is not None for o in outcomes)
+    return len(outcomes), len({_home(o.ref) for o in outcomes}) + bump
 
 
 # Per hot-path call: (jobs it took, MongoDB commands it costs), from its arguments and

@@ -103,7 +103,7 @@ def document_bytes(payload_bytes: int, labels: int) -> tuple[int, int]:
         now,
     )
     doc = job_to_doc(job, second_of(job.due_at))
-    locator = locator_doc(job, now, datetime.now(UTC))
+    locator = locator_doc(job, now, datetime.now(UTC), bucket=0)
     return len(bson.encode(doc)), len(bson.encode(locator))
 
 

@@ -66,8 +66,8 @@ async def seed_dead(store: MongoStore, jobs: int, now_ms: int) -> None:
         doc = job_to_doc(job, second)
         doc["expire_at"] = layout.expire_at(due + 50)
         by_bucket.setdefault(layout.bucket_no(second), []).append(doc)
-        loc = locator_doc(job, due - 1000)
-        loc["expire_at"] = layout.locator_expire_at(due + 50)
+        expire_at = layout.locator_expire_at(due + 50)
+        loc = locator_doc(job, due - 1000, expire_at, layout.bucket_no(second))
         locators.append(loc)
     for start in range(0, len(locators), 1000):
         await layout.locator.insert_many(locators[start : start + 1000])

@@ -36,7 +36,9 @@ class Held:
     def ref(self) -> SendRef:
         c = self.delivery.job
         redelivered = self.delivery.redelivered
-        return SendRef(c.biz_type, c.job_id, c.second, c.claim, redelivered, c.due_at, c.job)
+        return SendRef(
+            c.biz_type, c.job_id, c.second, c.claim, redelivered, c.due_at, c.job, c.bucket
+        )
 
     def prune(self) -> bool:
         """Keep only messages whose channel is still open (a closed one's message is

@@ -44,7 +44,7 @@ class Claimed:
 
     biz_type: str
     job_id: str
-    second: int  # the second (and so the bucket) the job sits in
+    second: int  # the second the job fires in
     due_at: int
     next_attempt_at: int  # not to be sent before this
     attempt: int  # the number the coming callback will carry
@@ -59,6 +59,9 @@ class Claimed:
     # change to it instead of reading the job back (None: a message that does not
     # carry it, which the mark reads).
     job: Job | None = None
+    # The store's home of the job (its bucket), which never changes; None: the bucket
+    # of `second` (a message published before jobs had a home of their own).
+    bucket: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class SendRef:
     # within its locator's expiry then writes no locator (`Layout.outlives_locator`).
     due_at: int | None = None
     job: Job | None = None  # the job as claimed, if its message carries it (`Claimed.job`)
+    bucket: int | None = None  # where the job lives (`Claimed.bucket`)
 
 
 class OutcomeKind(StrEnum):

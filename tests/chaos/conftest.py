@@ -16,7 +16,6 @@ from tests.e2e.conftest import Stack, split_stack
 from tests.e2e.harness import Service, now_ms
 from tests.faultproxy import FaultProxy
 from tests.support import Progress, SecantusServer, free_port, own_vhost, secantus_server
-from tests.transaction_reaper import TransactionReaper
 
 # A job left in flight by a killed broker is sent again after this (the default, 60 s,
 # would make every run a minute longer without proving more).
@@ -60,7 +59,7 @@ def chaos_receiver() -> ChaosReceiver:
 @pytest.fixture
 def chaos_parts() -> Iterator[tuple[SecantusServer, str, FaultProxy]]:
     with secantus_server() as store, own_vhost("chaos") as amqp_url:
-        with FaultProxy.from_url(store.url) as store_proxy, TransactionReaper(store.url):
+        with FaultProxy.from_url(store.url) as store_proxy:
             yield store, amqp_url, store_proxy
 
 

@@ -17,7 +17,7 @@ async def make_dead(store: Store, *job_ids: str, second: int) -> None:
     claimed = await claim_second(store, second, claim=f"c{second}")
     outcomes = [
         Outcome(
-            SendRef(c.biz_type, c.job_id, c.second, c.claim),
+            SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket),
             OutcomeKind.DEAD,
             attempt(1, at=c.due_at + 7, status=400),
         )
@@ -232,7 +232,11 @@ async def test_a_cancel_misses_a_job_whose_callback_started(store: Store) -> Non
     await create(store, new("a"), new("b"))
     claimed = await claim_second(store, second_of(NOW + 5000))
     jobs = {j.job_id: j for j in (await list_jobs(store, "orders", None, 10, None))[0]}
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed if c.job_id == "a"]
+    refs = [
+        SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
+        for c in claimed
+        if c.job_id == "a"
+    ]
     await store.outcomes.start_sending(refs, "send-1", NOW)
     changes = [(job, machine.cancel(job, NOW)) for job in jobs.values()]  # read before
     done = await store.console.apply_changes([(j, c) for j, c in changes if c], NOW)

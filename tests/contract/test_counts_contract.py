@@ -16,7 +16,10 @@ async def test_count_jobs_per_biz_type_and_state(store: Store) -> None:
     await create(store, new("gone", due_at=NOW + 70_000))
     await store.jobs.cancel_job("orders", "gone", NOW)
     claimed = {c.job_id: c for c in await claim_second(store, s)}
-    ref = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
+    ref = {
+        k: SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
+        for k, c in claimed.items()
+    }
     await store.outcomes.record_outcomes(
         [
             Outcome(ref["ok"], OutcomeKind.DELIVERED, attempt(1)),

@@ -25,7 +25,7 @@ BARE = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
 async def dead_job(store: Store, job_id: str) -> None:
     await create(store, new(job_id))
     [c] = await claim_second(store, second_of(NOW + 5000))
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     gone = Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))
     await store.outcomes.record_outcomes([gone], NOW + 5000)
 
@@ -123,7 +123,7 @@ async def test_reschedule_only_pending(store: Store) -> None:
 async def test_replay_dead_job(store: Store) -> None:
     await create(store, new("a"))
     [c] = await claim_second(store, second_of(NOW + 5000))
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     await store.outcomes.record_outcomes(
         [Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))], NOW
     )
@@ -152,7 +152,7 @@ async def test_a_replay_retried_before_its_first_attempt_ends_answers_the_job(
     [c] = await store.scan.claim_due(s, s * 1000 + 999, "c2", 1, NOW + 10_000)
     claimed = await store.jobs.replay_job("orders", "a", NOW + 10_900)
     assert claimed.state == JobState.DISPATCHED and claimed.claim == c.claim, claimed
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     failed = Outcome(ref, OutcomeKind.RETRY, attempt(2, at=NOW + 11_000, status=503), NOW + 70_000)
     await store.outcomes.record_outcomes([failed], NOW + 11_000)
     with pytest.raises(Conflict):  # an attempt since: the replay is long done
@@ -174,7 +174,9 @@ async def test_a_job_keeps_its_trace_context_from_create_to_send(store: Store) -
     claims = {c.job_id: c for c in await claim_second(store, second_of(NOW + 5000))}
     got = {j: c.traceparent for j, c in claims.items()}
     assert got == {"a": TRACE.traceparent, "b": BARE.traceparent, "c": None}, f"got {got}"
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claims.values()]
+    refs = [
+        SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket) for c in claims.values()
+    ]
     sending = await store.outcomes.start_sending(refs, "s1", NOW + 5000)
     assert sending["orders/a"].trace == TRACE, f"got {sending['orders/a']}"
     assert sending["orders/c"].trace is None, f"got {sending['orders/c']}"
@@ -189,7 +191,7 @@ async def test_the_trace_context_survives_retries_reschedules_and_repeated_creat
 
     [c] = await claim_second(store, second_of(NOW + 5000))
     retry_at = NOW + 30_000  # another second, another bucket
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     await store.outcomes.record_outcomes(
         [Outcome(ref, OutcomeKind.RETRY, attempt(1, status=503), retry_at)], NOW + 5000
     )

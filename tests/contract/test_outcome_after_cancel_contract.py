@@ -13,7 +13,7 @@ from timer_service.store.base import Store
 async def test_an_outcome_after_a_cancel_is_recorded_once_per_attempt(store: Store) -> None:
     await create(store, new("a"), new("b", due_at=NOW + 5000 + 60_000))  # b: another bucket
     [a] = await claim_second(store, second_of(NOW + 5000))
-    ref = SendRef(a.biz_type, a.job_id, a.second, a.claim)
+    ref = SendRef(a.biz_type, a.job_id, a.second, a.claim, bucket=a.bucket)
     await store.jobs.cancel_job("orders", "a", NOW + 4990)
 
     failed = Outcome(ref, OutcomeKind.RETRY, attempt(1, status=503), NOW + 65_000)

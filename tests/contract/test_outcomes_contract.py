@@ -19,13 +19,15 @@ from timer_service.tracecontext import TraceContext
 def refs_of_messages(c: Claimed) -> SendRef:
     """The broker's reference to a job, from its message as the queue carries it."""
     m = decode(encode(c))
-    return SendRef(m.biz_type, m.job_id, m.second, m.claim, due_at=m.due_at, job=m.job)
+    return SendRef(
+        m.biz_type, m.job_id, m.second, m.claim, bucket=m.bucket, due_at=m.due_at, job=m.job
+    )
 
 
 async def test_cancel_dispatched_then_the_send_mark_drops_it(store: Store) -> None:
     await create(store, new("a"))
     [c] = await claim_second(store, second_of(NOW + 5000))
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     await store.jobs.cancel_job("orders", "a", NOW)
     assert await store.outcomes.start_sending([ref], "t1", NOW + 1) == {}
 
@@ -33,7 +35,7 @@ async def test_cancel_dispatched_then_the_send_mark_drops_it(store: Store) -> No
 async def test_a_retried_send_mark_returns_what_the_first_try_marked(store: Store) -> None:
     await create(store, new("a"), new("b"))
     claimed = await claim_second(store, second_of(NOW + 5000))
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket) for c in claimed]
     first = await store.outcomes.start_sending(refs, "t1", NOW + 1)
     assert set(first) == {"orders/a", "orders/b"}
     again = await store.outcomes.start_sending(refs, "t1", NOW + 2)  # its reply was lost
@@ -45,7 +47,7 @@ async def test_a_lone_job_s_retried_send_mark_returns_it(store: Store) -> None:
     # One job is marked by another path on MongoDB (a find-and-modify): same answers.
     await create(store, new("a"))
     [c] = await claim_second(store, second_of(NOW + 5000))
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     assert set(await store.outcomes.start_sending([ref], "t1", NOW + 1)) == {"orders/a"}
     assert set(await store.outcomes.start_sending([ref], "t1", NOW + 2)) == {"orders/a"}
     assert await store.outcomes.start_sending([ref], "t2", NOW + 3) == {}
@@ -56,7 +58,7 @@ async def test_a_send_mark_retried_with_its_token_returns_the_jobs_it_marked(
 ) -> None:
     await create(store, new("a"), new("b"))
     claimed = await claim_second(store, second_of(NOW + 5000))
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket) for c in claimed]
     first = await store.outcomes.start_sending(refs, "send-1", NOW + 5000)
     assert sorted(first) == ["orders/a", "orders/b"], first
     # The reply was lost: the broker asks again with the same token.
@@ -123,7 +125,7 @@ async def test_a_started_callback_cannot_be_cancelled_and_a_duplicate_is_not_sen
 ) -> None:
     await create(store, new("a"), new("b"))
     claimed = await claim_second(store, second_of(NOW + 5000))
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket) for c in claimed]
     await store.jobs.cancel_job("orders", "b", NOW + 4990)  # before its callback starts
     started = await store.outcomes.start_sending(refs, "send-1", NOW + 5000)
     assert sorted(started) == ["orders/a"], "a cancelled job must not be sent"
@@ -143,7 +145,10 @@ async def test_outcomes_delivered_retry_dead(store: Store) -> None:
     s = second_of(NOW + 5000)
     await create(store, new("ok"), new("retry"), new("dead"))
     claimed = {c.job_id: c for c in await claim_second(store, s)}
-    ref = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
+    ref = {
+        k: SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
+        for k, c in claimed.items()
+    }
     sent = await store.outcomes.start_sending(list(ref.values()), "t", NOW + 5001)
     assert set(sent) == {"orders/ok", "orders/retry", "orders/dead"}
     retry_at = NOW + 30_000
@@ -175,7 +180,10 @@ async def test_outcome_for_a_cancelled_job_keeps_it_cancelled(store: Store) -> N
     claimed = {c.job_id: c for c in await claim_second(store, second_of(NOW + 5000))}
     await store.jobs.cancel_job("orders", "a", NOW)
     await store.jobs.cancel_job("orders", "b", NOW)
-    refs = {k: SendRef(c.biz_type, c.job_id, c.second, c.claim) for k, c in claimed.items()}
+    refs = {
+        k: SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
+        for k, c in claimed.items()
+    }
     await store.outcomes.record_outcomes(
         [
             Outcome(refs["a"], OutcomeKind.DELIVERED, attempt(1)),
@@ -188,7 +196,7 @@ async def test_outcome_for_a_cancelled_job_keeps_it_cancelled(store: Store) -> N
         assert job is not None and job.state == JobState.CANCELLED and job.attempts == 1
 
 
-async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_meanwhile(
+async def test_a_burst_of_retries_is_written_in_place_and_skips_a_job_cancelled_meanwhile(
     store: Store,
 ) -> None:
     # 240 jobs in two seconds, retried into two other seconds: four move groups, one of
@@ -202,7 +210,7 @@ async def test_a_burst_of_retries_moves_in_groups_and_skips_a_job_cancelled_mean
     await store.outcomes.record_outcomes(
         [
             Outcome(
-                SendRef(c.biz_type, c.job_id, c.second, c.claim),
+                SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket),
                 OutcomeKind.RETRY,
                 attempt(1, status=503),
                 retry_at[int(c.job_id[1:]) % 3 % 2],
@@ -232,7 +240,7 @@ async def test_a_retry_into_the_same_bucket_is_indexed(store: Store) -> None:
     [c] = await claim_second(store, second_of(NOW + 5000))
     await drop_entry(store, second_of(NOW + 5000))
     retry_at = NOW + 65_000  # 60 s later: the same bucket of 60
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     failed = Outcome(ref, OutcomeKind.RETRY, attempt(1, status=503), retry_at)
     await store.outcomes.record_outcomes([failed], NOW + 5000)
     entries = await store.scan.next_seconds(second_of(retry_at), second_of(retry_at), 1)

@@ -15,8 +15,12 @@ async def test_recent_attempts_carry_due_and_registration_times(store: Store) ->
     await create(store, new("past-due", due_at=due), now=due + 3_600_000)
     claimed = await claim_second(store, second_of(due))
     outcomes = [
-        Outcome(SendRef(c.biz_type, c.job_id, c.second, c.claim), OutcomeKind.DELIVERED,
-                attempt(1, at=due + 7), None)
+        Outcome(
+            SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket),
+            OutcomeKind.DELIVERED,
+            attempt(1, at=due + 7),
+            None,
+        )
         for c in claimed
     ]  # fmt: skip
     await store.outcomes.record_outcomes(outcomes, due + 10)

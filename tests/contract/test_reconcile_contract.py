@@ -30,7 +30,7 @@ async def test_stale_dispatched_and_reclaim(store: Store) -> None:
     assert (
         await store.reconcile.reclaim(stale, "c3", 1, NOW + 20) == []
     )  # old claim no longer matches
-    old_refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    old_refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket) for c in claimed]
     assert await store.outcomes.start_sending(old_refs, "t", NOW + 30) == {}  # stale: dropped
 
 
@@ -59,7 +59,11 @@ async def test_stale_dispatched_filters_and_orders_by_claim_time(store: Store) -
 async def test_stale_dispatched_bounds_per_biz_type_and_unmarked_only(store: Store) -> None:
     await create(store, new("a"), new("b"), new("c"))
     claimed = await store.scan.claim_due(S, NOW + 6000, "c1", 1, NOW)
-    ref = next(SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed if c.job_id == "b")
+    ref = next(
+        SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
+        for c in claimed
+        if c.job_id == "b"
+    )
     assert list(await store.outcomes.start_sending([ref], "b1/t", NOW + 1)) == ["orders/b"]
 
     assert ids(await store.reconcile.find_stale_dispatched(NOW + 1, 10)) == ["a", "b", "c"]
@@ -81,7 +85,7 @@ async def test_stale_dispatched_bounds_per_biz_type_and_unmarked_only(store: Sto
 async def test_find_sent_by_names_the_jobs_a_broker_marked(store: Store) -> None:
     await create(store, new("a"), new("b"), new("c"))
     refs = {
-        c.job_id: SendRef(c.biz_type, c.job_id, c.second, c.claim)
+        c.job_id: SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
         for c in await store.scan.claim_due(S, NOW + 6000, "c1", 1, NOW)
     }
     dead, live = new_send_token("host-1-dead.b"), new_send_token("host-1-dead")
@@ -104,12 +108,16 @@ async def test_a_reclaim_misses_a_job_marked_since_it_was_read(
 ) -> None:
     await create(store, new("a"))
     (claimed,) = await store.scan.claim_due(S, NOW + 6000, "c1", 1, NOW)
-    ref = SendRef(claimed.biz_type, claimed.job_id, claimed.second, claimed.claim)
+    ref = SendRef(
+        claimed.biz_type, claimed.job_id, claimed.second, claimed.claim, bucket=claimed.bucket
+    )
     if marked_before:  # a dead broker's mark: the reconciler read it, and takes over
         await store.outcomes.start_sending([ref], "dead/t1", NOW + 1)
     read = await store.reconcile.find_stale_dispatched(NOW + 1, 10)
     # Meanwhile a broker marks it (a redelivered message takes the send over).
-    retake = SendRef(ref.biz_type, ref.job_id, ref.second, ref.claim, retake=True)
+    retake = SendRef(
+        ref.biz_type, ref.job_id, ref.second, ref.claim, bucket=ref.bucket, retake=True
+    )
     assert list(await store.outcomes.start_sending([retake], "live/t2", NOW + 2)) == ["orders/a"]
     assert await store.reconcile.reclaim(read, "c2", 1, NOW + 3) == [], "reclaimed a live send"
     job = await store.jobs.get_job("orders", "a")

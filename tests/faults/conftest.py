@@ -23,7 +23,6 @@ from tests.support import (
     secantus_server,
     unique_name,
 )
-from tests.transaction_reaper import TransactionReaper
 
 # 1,000 jobs over 30 s (33/s): within what the embedded store carries on a 2-core machine
 # (it saturates between 25 and 50 fires/s: docs/operations.md, "Capacity of the embedded
@@ -40,9 +39,8 @@ LEAD_MS = 5_000
 
 @pytest.fixture
 def own_store() -> Iterator[SecantusServer]:
-    """A SecantusDB server for one scenario only: some scenarios restart it. Abandoned
-    transactions are reaped as mongod would (tests/transaction_reaper.py)."""
-    with secantus_server() as server, TransactionReaper(server.url):
+    """A SecantusDB server for one scenario only: some scenarios restart it."""
+    with secantus_server() as server:
         yield server
 
 

@@ -35,7 +35,9 @@ async def store(secantus: SecantusServer) -> AsyncIterator[MongoStore]:
 async def delivered(store: MongoStore, at: int) -> None:
     s = second_of(NOW + 5000)
     [c] = await store.scan.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, due_at=c.due_at)  # as a broker's
+    ref = SendRef(
+        c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket, due_at=c.due_at
+    )  # as a broker's
     await store.outcomes.record_outcomes([Outcome(ref, OutcomeKind.DELIVERED, attempt(1))], at)
 
 
@@ -43,7 +45,7 @@ async def dead_job(store: MongoStore) -> None:
     await store.jobs.create_jobs([new("a")], NOW)
     s = second_of(NOW + 5000)
     [c] = await store.scan.claim_due(s, s * 1000 + 999, "c1", 1, NOW)
-    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+    ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
     await store.outcomes.record_outcomes(
         [Outcome(ref, OutcomeKind.DEAD, attempt(1, status=400))], NOW + 5000
     )
@@ -85,15 +87,17 @@ async def test_a_job_cancelled_long_after_its_due_time_extends_its_locator(
     assert loc["expire_at"] > job_doc["expire_at"], (loc["expire_at"], job_doc["expire_at"])
 
 
-async def test_a_replay_in_the_same_bucket_moves_the_locator_s_expiry_on(
+async def test_a_replay_keeps_the_locator_and_its_expiry_fits(
     store: MongoStore,
 ) -> None:
     await dead_job(store)
-    replay_at = NOW + 65_000  # 60 s on: the same bucket, so the job is rewritten in place
+    before = await store.layout.locator.find_one({"_id": "orders/a"})
+    replay_at = NOW + 65_000
     job = await store.jobs.replay_job("orders", "a", replay_at)
     assert job.state == JobState.PENDING
     loc = await store.layout.locator.find_one({"_id": "orders/a"})
-    assert loc is not None and loc["second"] == second_of(replay_at), loc
+    assert loc == before, f"a replay rewrote the locator: {before} -> {loc}"
+    assert loc is not None
     needed = store.layout.locator_expire_at(replay_at + LOCATOR_SLACK_MS)
     assert loc["expire_at"] >= needed, (loc, needed)
 
@@ -194,3 +198,19 @@ async def test_a_finished_job_is_never_dated_in_the_past(store: MongoStore) -> N
     assert job_doc is not None
     wall = datetime.now(UTC) + timedelta(days=29)
     assert job_doc["expire_at"].replace(tzinfo=UTC) > wall, job_doc["expire_at"]
+
+
+async def test_a_reschedule_far_ahead_extends_the_locator_and_a_near_one_writes_none(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.jobs.create_jobs([new("a"), new("b")], NOW)
+    spy = LocatorCalls(store.jobs._l.locator)
+    monkeypatch.setattr(store.jobs._l, "locator", spy)
+    await store.jobs.reschedule_job("orders", "a", NOW + 3_600_000, None, NOW)
+    assert spy.calls == ["find_one"], f"a reschedule by an hour wrote the locator: {spy.calls}"
+    monkeypatch.undo()
+    far = NOW + 400 * 86_400_000  # past what the locator was written for
+    await store.jobs.reschedule_job("orders", "b", far, None, NOW)
+    loc = await store.layout.locator.find_one({"_id": "orders/b"})
+    assert loc is not None
+    assert loc["expire_at"] >= store.layout.locator_expire_at(far + LOCATOR_SLACK_MS), loc

@@ -48,7 +48,7 @@ async def wired(secantus: SecantusServer) -> AsyncIterator[tuple[MongoStore, Com
 async def claimed_refs(store: MongoStore, *job_ids: str) -> list[SendRef]:
     await create(store, *(new(j) for j in job_ids))
     claimed = await claim_second(store, second_of(NOW + 5000))
-    return [SendRef(c.biz_type, c.job_id, c.second, c.claim) for c in claimed]
+    return [SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket) for c in claimed]
 
 
 async def test_a_lone_job_s_send_mark_is_one_command(
@@ -71,7 +71,10 @@ async def test_a_batch_s_send_mark_of_messages_carrying_their_jobs_is_one_update
     await create(store, *(new(j) for j in "abc"))
     claimed = await claim_second(store, second_of(NOW + 5000))
     assert all(c.job is not None for c in claimed), "a claim's messages carry their jobs"
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, job=c.job) for c in claimed]
+    refs = [
+        SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket, job=c.job)
+        for c in claimed
+    ]
     commands.sent.clear()
     assert len(await store.outcomes.start_sending(refs, "t1", NOW + 1)) == 3
     assert commands.sent == Counter({"update": 1}), commands.sent
@@ -94,9 +97,21 @@ async def test_a_claim_of_more_than_a_default_batch_reads_its_jobs_in_one_comman
     # read-back of a claim of 150 jobs was a find and a getMore (bench/roundtrips_bench).
     store, commands = wired
     await create(store, *(new(f"j{i}") for i in range(150)))
+    s = second_of(NOW + 5000)
+    await store.scan.next_seconds(s, s, 1)  # as the daemon: listed, so its buckets known
     commands.sent.clear()
-    assert len(await claim_second(store, second_of(NOW + 5000))) == 150
+    assert len(await claim_second(store, s)) == 150
     assert commands.sent == Counter({"update": 1, "find": 1}), commands.sent
+
+
+async def test_a_claim_of_a_second_never_listed_reads_its_entry_first(
+    wired: tuple[MongoStore, Commands],
+) -> None:
+    store, commands = wired
+    await create(store, new("a"))
+    commands.sent.clear()
+    assert len(await claim_second(store, second_of(NOW + 5000))) == 1
+    assert commands.sent == Counter({"update": 1, "find": 2}), commands.sent
 
 
 async def test_a_mark_of_more_than_a_default_batch_reads_its_jobs_in_one_command(
@@ -130,7 +145,10 @@ async def test_a_send_mark_of_two_claims_in_one_bucket_is_one_update(
     claimed = await store.scan.claim_due(second, NOW + 5000, "c1", 1, NOW)
     claimed += await store.scan.claim_due(second, NOW + 5999, "c2", 1, NOW)
     assert {c.claim for c in claimed} == {"c1", "c2"} and len(claimed) == 4, claimed
-    refs = [SendRef(c.biz_type, c.job_id, c.second, c.claim, job=c.job) for c in claimed]
+    refs = [
+        SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket, job=c.job)
+        for c in claimed
+    ]
     commands.sent.clear()
     marked = await store.outcomes.start_sending(refs, "t1", NOW + 1)
     assert commands.sent == Counter({"update": 1}), commands.sent

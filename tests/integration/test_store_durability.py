@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pymongo import ReadPreference
 
 from tests.support import SecantusServer, unique_name
 from timer_service.jobs import NewJob
@@ -18,6 +19,18 @@ JOBS = 200
 def test_writes_are_durable_unless_the_url_says_otherwise() -> None:
     assert durable_writes("mongodb://h/") == {"w": "majority", "journal": True}
     assert durable_writes("mongodb://h/?w=1&journal=false") == {}
+
+
+async def test_reads_go_to_the_primary_whatever_the_url_says() -> None:
+    """A claim's read-back and a create's read of its job must see the writes before
+    them: a secondary may not have them yet."""
+    store = MongoStore("mongodb://127.0.0.1:1/?readPreference=secondaryPreferred", "db")
+    try:
+        layout = store.layout
+        for coll in (layout.locator, layout.seconds, layout.buckets[0], layout.leases):
+            assert coll.read_preference == ReadPreference.PRIMARY, (coll.name, coll.read_preference)
+    finally:
+        await store.close()
 
 
 @pytest.mark.parametrize("run", range(3))

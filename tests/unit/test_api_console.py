@@ -32,7 +32,7 @@ async def seed(api: Api, n: int = 12) -> None:
         claimed = await api.store.scan.claim_due(second_of(due), due, f"c{i}", 1, due)
         outcomes = [
             Outcome(
-                SendRef(c.biz_type, c.job_id, c.second, c.claim),
+                SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket),
                 OutcomeKind.DEAD,
                 Attempt(1, due + 7, 400, "HTTP 400", 3),
             )
@@ -150,7 +150,7 @@ async def test_bulk_cancel_by_label_skips_jobs_in_flight(api: Api) -> None:
     due = NOW + 2000  # j01 (tenant t1): claimed, and its callback started
     [c] = await api.store.scan.claim_due(second_of(due), due, "cx", 1, due)
     await api.store.outcomes.start_sending(
-        [SendRef(c.biz_type, c.job_id, c.second, c.claim)], "send", due
+        [SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)], "send", due
     )
     where = {"biz_type": "orders", "labels": {"tenant": "t1"}}
     dry = expect(await bulk(api, "cancel", filter=where, dry_run=True), 200)

@@ -87,7 +87,7 @@ async def test_a_redelivered_message_takes_over_a_send_its_dead_broker_started(
     store, sender, *_ = parts
     due = fake_clock.now_ms() + 1000
     (job,) = await claimed_jobs(store, fake_clock, 1, due)
-    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim)
+    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim, bucket=job.bucket)
     assert await store.outcomes.start_sending([ref], "dead-broker", fake_clock.now_ms())
     lane = make_lane(parts, fake_clock)
     redelivered = FakeDelivery(job)

@@ -372,7 +372,7 @@ async def test_a_redelivered_message_takes_over_a_send_its_dead_holder_marked(
     store, sender, *_ = parts
     due = fake_clock.now_ms()
     (job,) = await claimed_jobs(store, fake_clock, 1, due)
-    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim)
+    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim, bucket=job.bucket)
     assert await store.outcomes.start_sending([ref], "dead-broker", due)  # then it died
     lane = make_lane(parts, fake_clock)
     lane.start()
@@ -392,7 +392,7 @@ async def test_a_plain_duplicate_of_a_marked_send_is_dropped(
     store, sender, *_ = parts
     due = fake_clock.now_ms()
     (job,) = await claimed_jobs(store, fake_clock, 1, due)
-    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim)
+    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim, bucket=job.bucket)
     assert await store.outcomes.start_sending([ref], "other-broker", due)  # alive, sending
     lane = make_lane(parts, fake_clock)
     lane.start()

@@ -72,7 +72,7 @@ async def sent(store: MemoryStore, clock: FakeClock, count: int) -> list[Pending
     return [
         Pending(
             Outcome(
-                SendRef(c.biz_type, c.job_id, c.second, c.claim),
+                SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket),
                 OutcomeKind.DELIVERED,
                 Attempt(1, now, 200, None, 3),
             ),

@@ -107,7 +107,7 @@ async def test_a_steady_flow_of_outcomes_is_written_a_window_at_a_time(
     claimed = await memory_store.scan.claim_due(second_of(now), now, "c1", 1, now)
     deliveries = [FakeDelivery(c) for c in claimed]
     for c, delivery in zip(claimed, deliveries, strict=True):
-        ref = SendRef(c.biz_type, c.job_id, c.second, c.claim)
+        ref = SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
         attempt = Attempt(1, fake_clock.now_ms(), 200, None, 3)
         outcome = Outcome(ref, OutcomeKind.DELIVERED, attempt)
         writer.submit(Pending(outcome, [delivery], lambda: None))

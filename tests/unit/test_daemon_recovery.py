@@ -141,7 +141,7 @@ async def test_an_idle_daemon_stops_sweeping_once_claims_stop(clock: FakeClock) 
     await create(store, start, ("a", start + 10_000))  # type: ignore[arg-type]
     await run_until(start + 12_000, h)
     [sent] = [job for _, job in h.queue.at]
-    ref = SendRef(sent.biz_type, sent.job_id, sent.second, sent.claim)
+    ref = SendRef(sent.biz_type, sent.job_id, sent.second, sent.claim, bucket=sent.bucket)
     done = Attempt(1, start + 10_000, 200, None, 3)
     await store.outcomes.record_outcomes([Outcome(ref, OutcomeKind.DELIVERED, done)], start)
     await run_until(start + 60_000, h)

@@ -44,7 +44,7 @@ async def claimed_by_old_leader(store: MemoryStore, now: int, *job_ids: str) -> 
 
 
 async def mark(store: MemoryStore, broker_id: str, job: Claimed, now: int) -> None:
-    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim)
+    ref = SendRef(job.biz_type, job.job_id, job.second, job.claim, bucket=job.bucket)
     assert await store.outcomes.start_sending([ref], new_send_token(broker_id), now)
 
 

@@ -34,6 +34,8 @@ def encode(job: Claimed) -> bytes:
     }
     if job.job is not None:
         message["job"] = _job_fields(job.job)
+    if job.bucket is not None:
+        message["bucket"] = job.bucket
     return json.dumps(message, separators=(",", ":")).encode()
 
 
@@ -50,6 +52,7 @@ def decode(body: bytes) -> Claimed:
         fence=d.get("fence", 0),
         claimed_at=d.get("claimed_at", 0),
         job=None if (job := d.get("job")) is None else _job_of(d, job),
+        bucket=d.get("bucket"),
     )
 
 

@@ -22,7 +22,8 @@ class MemoryJobs:
             if existing is not None:
                 status = machine.repeat_status(existing, new)
                 if status == CreateStatus.EXISTS and existing.state == JobState.PENDING:
-                    self._s.bump(self._s.second_of_job[existing.key])  # as the MongoDB store
+                    key = existing.key  # as the MongoDB store
+                    self._s.bump(self._s.slot(key, self._s.second_of_job[key]), self._s.home[key])
                 results.append(CreateResult(status, existing))
                 continue
             job = machine.new_job(new, now_ms)

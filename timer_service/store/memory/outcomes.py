@@ -19,7 +19,7 @@ class MemoryOutcomes:
     ) -> dict[str, Job]:
         out = {}
         for ref in refs:
-            job = self._s.job(ref.biz_type, ref.job_id)
+            job = self._s.job_at(ref)
             if job is None:
                 continue
             change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
@@ -30,7 +30,7 @@ class MemoryOutcomes:
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         for result in outcomes:
-            job = self._s.job(result.ref.biz_type, result.ref.job_id)
+            job = self._s.job_at(result.ref)
             if job is None:
                 continue
             if self._s.apply(job, machine.outcome(result, now_ms)) is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, sender_of
@@ -79,5 +80,6 @@ class MemoryReconcile(Scoped):
                 job, machine.reclaim(old.claim, claim, fence, now_ms, old.sending)
             )
             if changed is not None and changed.next_attempt_at is not None:
-                out.append(machine.claimed(changed, self._s.second_of_job[job.key]))
+                claimed = machine.claimed(changed, self._s.second_of_job[job.key])
+                out.append(replace(claimed, bucket=self._s.home[job.key]))
         return out

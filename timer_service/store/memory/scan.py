@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import AsyncIterator, Collection
+from dataclasses import replace
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
@@ -33,7 +34,14 @@ class MemoryScan(Scoped):
             if at in self._s.versions:
                 self._s.stamps[at] = max(fence, self._s.stamps.get(at, 0))
         pending = self._s.pending_in_second.get(second, ())
-        return [(key, due) for due, key in pending if self._mine(key)]
+        named = self._named(second)
+        home = self._s.home
+        return [(key, due) for due, key in pending if self._mine(key) and home[key] in named]
+
+    def _named(self, second: int) -> set[int]:
+        """Where this second's jobs are read, as on MongoDB: the buckets its entries
+        name (a job in another is not seen)."""
+        return self._s.buckets_named([slot(p, second) for p in self._partitions()], second)
 
     async def claim_due(
         self,
@@ -47,13 +55,16 @@ class MemoryScan(Scoped):
         change = machine.claim(claim, fence, now_ms)
         jobs = self._s.jobs
         pending = self._s.pending_in_second.get(second, [])
+        named = self._named(second)
+        home = self._s.home
         taken: list[str] = []
         looked = 0
         for due, key in pending:
             if due > upto_ms or (limit is not None and len(taken) == limit):
                 break
             looked += 1
-            if self._mine(key) and machine.claimable(jobs[key], upto_ms, fence):
+            mine = self._mine(key) and home[key] in named
+            if mine and machine.claimable(jobs[key], upto_ms, fence):
                 taken.append(key)
         # The taken jobs leave the pending list in one step: one at a time, each removal
         # from the front of a herd's list would move all of it.
@@ -65,7 +76,7 @@ class MemoryScan(Scoped):
         for key in taken:  # each still pending: nothing awaited since the check
             changed = self._s.apply(jobs[key], change)
             if changed is not None:
-                claimed.append(machine.claimed(changed, second))
+                claimed.append(replace(machine.claimed(changed, second), bucket=home[key]))
         return claimed
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
@@ -81,10 +92,7 @@ class MemoryScan(Scoped):
             if version != v or self._s.stamps.get(at, 0) > fence:
                 released = False
                 continue
-            del self._s.versions[at]
-            self._s.stamps.pop(at, None)
-            i = bisect.bisect_left(self._s.sorted_seconds, at)
-            del self._s.sorted_seconds[i]
+            self._s.drop_entry(at)
         return released
 
     async def watch_seconds(  # type: ignore[override]

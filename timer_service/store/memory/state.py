@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import builtins
 from dataclasses import dataclass, field
 
 from timer_service.clock import Clock
-from timer_service.dispatch import BrokerBeat
+from timer_service.dispatch import BrokerBeat, SendRef
 from timer_service.errors import StoreUnavailable
 from timer_service.jobs import Change
 from timer_service.model import BizType, Job, JobState, job_key
-from timer_service.partitions import partition_of, slot
+from timer_service.partitions import partition_of, second_of_slot, slot
 from timer_service.schedules import Schedule
 
 
@@ -31,6 +32,9 @@ class MemoryState:
     buckets: int
     partitions: int = 1
     jobs: dict[str, Job] = field(default_factory=dict)
+    # Each job's home bucket, as the MongoDB store's: that of its first second, for
+    # life (a job never moves); the scan reads only the buckets an entry names.
+    home: dict[str, int] = field(default_factory=dict)
     second_of_job: dict[str, int] = field(default_factory=dict)
     jobs_in_second: dict[int, dict[str, None]] = field(default_factory=dict)
     # Each second's pending jobs as sorted (next_attempt_at, key): what MongoDB's claim
@@ -39,6 +43,7 @@ class MemoryState:
     pending_in_second: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     # The non-empty seconds index, by slot (partition and second, timer_service/partitions.py).
     versions: dict[int, str] = field(default_factory=dict)
+    named: dict[int, set[int]] = field(default_factory=dict)  # the buckets each entry names
     stamps: dict[int, int] = field(default_factory=dict)  # fence that last loaded a slot
     writes: int = 0  # makes every entry version unique
     sorted_seconds: list[int] = field(default_factory=list)  # the slots of `versions`
@@ -62,6 +67,13 @@ class MemoryState:
 
     def job(self, biz_type: str, job_id: str) -> Job | None:
         return self.jobs.get(job_key(biz_type, job_id))
+
+    def job_at(self, ref: SendRef) -> Job | None:
+        """The job a message names, if it is in the bucket the message says (as on
+        MongoDB, where that is the only place a write by message looks)."""
+        key = job_key(ref.biz_type, ref.job_id)
+        named = ref.second % self.buckets if ref.bucket is None else ref.bucket
+        return self.jobs.get(key) if self.home.get(key) == named else None
 
     def apply(self, job: Job, change: Change) -> Job | None:
         """Apply `change` if its guard holds; the changed job, or None."""
@@ -113,12 +125,25 @@ class MemoryState:
             jobs.pop(key, None)
             if not jobs:
                 del self.jobs_in_second[old_second]
+        home = self.home.setdefault(key, second % self.buckets)
         self._store(job, second)
         self.jobs_in_second.setdefault(second, {})[key] = None
         if self.torn > 0:
             self.torn -= 1
             raise StoreUnavailable(f"torn write: job {key} written, its index bump lost")
-        self.bump(self.slot(key, second))
+        self.bump(self.slot(key, second), home)
+
+    def drop_entry(self, at: int) -> None:
+        del self.versions[at]
+        self.named.pop(at, None)
+        self.stamps.pop(at, None)
+        i = bisect.bisect_left(self.sorted_seconds, at)
+        del self.sorted_seconds[i]
+
+    def buckets_named(self, slots: list[int], second: int) -> builtins.set[int]:
+        """The buckets the entries at these slots of `second` name (none: its own)."""
+        named = {b for at in slots if at in self.versions for b in self.named.get(at, ())}
+        return named or {second % self.buckets}
 
     def partition(self, key: str) -> int:
         return partition_of(key, self.partitions)
@@ -126,10 +151,13 @@ class MemoryState:
     def slot(self, key: str, second: int) -> int:
         return slot(self.partition(key), second)
 
-    def bump(self, at: int) -> None:
-        """Renew the index entry of slot `at` (creating it)."""
+    def bump(self, at: int, bucket: int | None = None) -> None:
+        """Renew the index entry of slot `at` (creating it), naming `bucket` (default:
+        the bucket of its second)."""
         if at not in self.versions:
             bisect.insort(self.sorted_seconds, at)
+        own = second_of_slot(at) % self.buckets
+        self.named.setdefault(at, set()).add(own if bucket is None else bucket)
         self.writes += 1
         self.versions[at] = f"{self.writes:016x}"
         for queue in self.watchers:

@@ -24,13 +24,16 @@ class MemorySweep(Scoped):
         return sorted({self._s.second_of_job[key] for _, key in overdue[:limit]})
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
-        wanted = set(seconds)
-        for second in sorted(wanted):
+        """As on MongoDB: each pending job's second gets an entry naming its bucket,
+        where none does."""
+        for second in sorted(set(seconds)):
             for key in self._s.jobs_in_second.get(second, ()):
                 job = self._s.jobs[key]
                 at = self._s.slot(key, second)
-                if job.state == JobState.PENDING and self._mine(key) and at not in self._s.versions:
-                    self._s.bump(at)
+                home = self._s.home[key]
+                named = self._s.named.get(at, ()) if at in self._s.versions else ()
+                if job.state == JobState.PENDING and self._mine(key) and home not in named:
+                    self._s.bump(at, home)
 
     async def keep_identities(self, now_ms: int, limit: int) -> int:
         return 0  # nothing here expires

@@ -4,6 +4,7 @@ per caller role. The layout is described in `timer_service.store.mongo.layout`."
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,7 +21,6 @@ from timer_service.store.mongo.errors import UNAVAILABLE, translated
 from timer_service.store.mongo.jobs import MongoJobs
 from timer_service.store.mongo.layout import Doc, Layout
 from timer_service.store.mongo.leases import MongoLeases
-from timer_service.store.mongo.moves import Mover
 from timer_service.store.mongo.outcomes import MongoOutcomes
 from timer_service.store.mongo.pointers import MongoPointers
 from timer_service.store.mongo.reconcile import MongoReconcile
@@ -31,6 +31,7 @@ from timer_service.store.mongo.schema import ensure_schema
 from timer_service.store.mongo.scope import Scope
 from timer_service.store.mongo.sweep import MongoSweep
 from timer_service.store.mongo.tokens import MongoTokens
+from timer_service.store.mongo.upgrade import upgrade_from_moves
 
 
 def durable_writes(url: str) -> dict[str, Any]:
@@ -120,9 +121,8 @@ class MongoStore:
             self._client, db_name, buckets, retention_ms, concern, partitions=partitions
         )
         self.biz_types = translated(MongoBizTypes(acknowledged))
-        mover = Mover(acknowledged)  # one per process: it runs one transaction at a time
-        self.jobs = translated(MongoJobs(acknowledged, mover))
-        self.console = translated(MongoConsole(acknowledged, mover, self.jobs.read_jobs))
+        self.jobs = translated(MongoJobs(acknowledged))
+        self.console = translated(MongoConsole(acknowledged, self.jobs.read_jobs))
         self.audit = translated(MongoAudit(acknowledged))
         self.tokens = translated(MongoTokens(acknowledged))
         scope = Scope(partitions)  # this process's partitions: `ScanPort.own`
@@ -137,7 +137,7 @@ class MongoStore:
         self.leases = translated(MongoLeases(leases_layout))
         self.pointers = translated(MongoPointers(leases_layout))
         self.brokers = translated(MongoBrokers(leases_layout))
-        self.outcomes = translated(MongoOutcomes(self.layout, Mover(self.layout)))
+        self.outcomes = translated(MongoOutcomes(self.layout))
         # Beside the jobs, in the same database (the write concern of the daemon's).
         self.schedules = translated(MongoSchedules(self.layout.db))
 
@@ -189,6 +189,8 @@ class MongoStore:
             # The console's stats: the jobs attempted in the last minutes (an outcome
             # pushes one entry; a claim leaves it alone).
             await coll.create_index("history.at")
+        # What the layout that moved jobs left behind (schema 4 and before).
+        await upgrade_from_moves(layout, time.time_ns() // 1_000_000)
 
     async def close(self) -> None:
         await self._leases_client.close()

@@ -12,8 +12,13 @@ from pymongo import UpdateOne
 from timer_service.jobs import Change
 from timer_service.model import Attempt, Job, JobState
 from timer_service.search import JobFilter
-from timer_service.store.mongo.layout import Doc, Layout, change_update, guard_filter
-from timer_service.store.mongo.moves import Move, Mover
+from timer_service.store.mongo.layout import (
+    LOCATOR_SLACK_MS,
+    Doc,
+    Layout,
+    change_update,
+    guard_filter,
+)
 from timer_service.store.mongo.search import ReadJobs, key_range, search_jobs
 from timer_service.store.ports.console import RecentAttempt
 
@@ -45,9 +50,8 @@ def bucket_query(where: JobFilter) -> Doc:
 
 
 class MongoConsole:
-    def __init__(self, layout: Layout, mover: Mover, read_jobs: ReadJobs) -> None:
+    def __init__(self, layout: Layout, read_jobs: ReadJobs) -> None:
         self._l = layout
-        self._mover = mover
         self._read_jobs = read_jobs
 
     async def search_jobs(
@@ -64,25 +68,29 @@ class MongoConsole:
         if not changes:
             return []
         keys = [job.key for job, _ in changes]
-        found = await self._l.locator.find({"_id": {"$in": keys}}, {"second": 1}).to_list(None)
-        seconds = {loc["_id"]: loc["second"] for loc in found}
-        in_place: dict[int, list[tuple[Job, Change]]] = defaultdict(list)
-        moves: list[Move] = []
+        found = await self._l.locator.find(
+            {"_id": {"$in": keys}}, {"bucket": 1, "second": 1, "expire_at": 1}
+        ).to_list(None)
+        homes = {loc["_id"]: self._l.home_of(loc) for loc in found}
+        expiries = {loc["_id"]: loc.get("expire_at") for loc in found}
+        by_home: dict[int, list[tuple[Job, Change]]] = defaultdict(list)
         for job, change in changes:
-            second = seconds.get(job.key)
-            if second is None:
-                continue  # gone meanwhile (its retention ended)
-            if change.next_second is None:
-                in_place[self._l.bucket_no(second)].append((job, change))
-            else:
-                old = {"_id": job.key, "second": second}
-                moves.append(Move(old, change.apply(job), guard_filter(change.guard)))
+            if job.key in homes:  # else gone meanwhile (its retention ended)
+                by_home[homes[job.key]].append((job, change))
         done: list[Job] = []
-        for bucket, items in in_place.items():
+        for bucket, items in by_home.items():
             done.extend(await self._apply_in_place(bucket, items, now_ms))
-        if moves:
-            moved = set(await self._mover.move_many(moves))
-            done.extend(m.job for m in moves if m.old["_id"] in moved)
+        # Set to fire so much later that their locators might not outlive them: extended
+        # (as `MongoJobs._apply_in_place`; normally none, and no command is sent).
+        later = [
+            j
+            for j in done
+            if j.state == JobState.PENDING
+            and self._l.locator_outgrown(expiries.get(j.key), j.next_attempt_at or now_ms)
+        ]
+        if later:
+            ends_ms = max(j.next_attempt_at or now_ms for j in later) + LOCATOR_SLACK_MS
+            await self._l.extend_locators([j.key for j in later], ends_ms)
         return done
 
     async def _apply_in_place(
@@ -111,6 +119,12 @@ class MongoConsole:
             j.key for j, ch in changed if ch.finishes and self._l.outlives_locator(j.due_at, now_ms)
         ]
         await self._l.extend_locators(finished, now_ms)
+        # Jobs set to fire in a second: its entry names their bucket (they stay in it).
+        await self._l.bump(
+            (self._l.slot(j.key, second), bucket)
+            for j, ch in changed
+            if (second := ch.next_second) is not None
+        )
         return [j for j, _ in changed]
 
     async def count_by_state(self, biz_type: str | None) -> dict[tuple[str, JobState], int]:

@@ -1,5 +1,7 @@
 """MongoDB jobs for the API: create through the locator, read, and the state
-machine's changes applied as conditional writes."""
+machine's changes applied as conditional writes to the job's one document, in its
+home bucket (store/mongo/layout.py): a job never moves, so what the locator names
+is where the job is, for its whole life."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from timer_service.errors import Conflict, NotFound
 from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.model import Job, JobState, job_key, second_of
 from timer_service.store.mongo.layout import (
+    LOCATOR_SLACK_MS,
     Doc,
     Layout,
     change_update,
@@ -25,20 +28,19 @@ from timer_service.store.mongo.layout import (
     labels_of_terms,
     locator_doc,
     one_reply,
-    stays_in_bucket,
 )
-from timer_service.store.mongo.moves import Move, Mover
 
-_MOVE_RETRIES = 5
+# A change whose guard missed (the job changed between the read and the write: a
+# claim, an outcome) is decided again on the job as it now is, this many times.
+_CHANGE_RETRIES = 5
 # A locator without its job this old was left by a creator that died: its
 # identity is free for a request that differs from the one that died.
 ORPHAN_LOCATOR_MS = 30_000
 
 
 class MongoJobs:
-    def __init__(self, layout: Layout, mover: Mover) -> None:
+    def __init__(self, layout: Layout) -> None:
         self._l = layout
-        self._mover = mover
 
     # -- create ------------------------------------------------------------------
     async def create_jobs(self, jobs: Sequence[NewJob], now_ms: int) -> list[CreateResult]:
@@ -46,13 +48,10 @@ class MongoJobs:
         for new in jobs:
             first.setdefault(job_key(new.biz_type, new.job_id), new)
         fresh = {key: machine.new_job(new, now_ms) for key, new in first.items()}
-        locators = [
-            locator_doc(job, now_ms, self._l.locator_written_expire_at(job, now_ms))
-            for job in fresh.values()
-        ]
+        locators = [self._locator(job, now_ms) for job in fresh.values()]
         taken = await insert_ignoring_duplicates(self._l.locator, locators)
         created = {k: j for k, j in fresh.items() if k not in taken}
-        await self._write_new_jobs(created.values())
+        await self._write_new_jobs([(j, self._home(j)) for j in created.values()])
         final: dict[str, tuple[CreateStatus, Job]] = {
             k: (CreateStatus.CREATED, j) for k, j in created.items()
         }
@@ -67,19 +66,30 @@ class MongoJobs:
             results.append(CreateResult(status, job))
         return results
 
-    async def _write_new_jobs(self, jobs: Iterable[Job]) -> None:
-        """Insert job documents by bucket, then bump their seconds (in that order)."""
+    def _home(self, job: Job) -> int:
+        """A new job's home: the bucket of its first due second, for life."""
+        assert job.next_attempt_at is not None
+        return self._l.bucket_no(second_of(job.next_attempt_at))
+
+    def _locator(self, job: Job, now_ms: int) -> Doc:
+        expire_at = self._l.locator_written_expire_at(job, now_ms)
+        return locator_doc(job, now_ms, expire_at, self._home(job))
+
+    async def _write_new_jobs(self, jobs: Iterable[tuple[Job, int]]) -> None:
+        """Insert job documents into their homes, then bump their seconds (in that
+        order). A document already there (a creator that got there first) stays: one
+        `_id` per bucket, and an identity's home never changes, so one document."""
         by_bucket: dict[int, list[Doc]] = defaultdict(list)
-        slots: set[int] = set()
-        for job in jobs:
+        placed: set[tuple[int, int]] = set()
+        for job, home in jobs:
             assert job.next_attempt_at is not None
             s = second_of(job.next_attempt_at)
-            by_bucket[self._l.bucket_no(s)].append(job_to_doc(job, s, self._l.partition(job.key)))
-            slots.add(self._l.slot(job.key, s))
+            by_bucket[home].append(job_to_doc(job, s, self._l.partition(job.key)))
+            placed.add((self._l.slot(job.key, s), home))
         await asyncio.gather(
             *(insert_ignoring_duplicates(self._l.buckets[b], docs) for b, docs in by_bucket.items())
         )
-        await self._l.bump(slots)
+        await self._l.bump(placed)
 
     async def _existing_results(
         self, news: dict[str, NewJob], now_ms: int
@@ -87,9 +97,9 @@ class MongoJobs:
         locators = await self._l.locator.find({"_id": {"$in": list(news)}}).to_list(None)
         docs = await self.read_jobs(locators)
         out: dict[str, tuple[CreateStatus, Job]] = {}
-        repair: list[Job] = []
+        repair: list[tuple[Job, int]] = []
         takeover: list[tuple[Doc, Job]] = []
-        renew: set[int] = set()
+        renew: set[tuple[int, int]] = set()
         for loc in locators:
             key, new = loc["_id"], news[loc["_id"]]
             if key in docs:
@@ -98,10 +108,11 @@ class MongoJobs:
                 if status == CreateStatus.EXISTS and job.state == JobState.PENDING:
                     # The first create may have died before renewing the entry: a
                     # client's retry makes sure the job is indexed.
-                    renew.add(self._l.slot(key, docs[key]["second"]))
+                    renew.add((self._l.slot(key, docs[key]["second"]), self._l.home_of(loc)))
             else:
                 # A locator without its job: its creator is mid-flight or died, or the
-                # job's retention ended (the locator outlives it by a day; a job that
+                # job's retention ended (never a job elsewhere: a job never leaves the
+                # home its locator names) (the locator outlives it by a day; a job that
                 # ends expires no sooner than a retention after its locator was
                 # created). Judge by the locator and finish the creator's work; an
                 # identity whose job may have expired, or whose creator left it long
@@ -116,7 +127,7 @@ class MongoJobs:
                     takeover.append((loc, machine.new_job(new, now_ms)))
                     continue
                 if status == CreateStatus.EXISTS:
-                    repair.append(job)
+                    repair.append((job, self._l.home_of(loc)))
             out[key] = (status, job)
         for loc, job in takeover:
             out[loc["_id"]] = await self._take_over(loc, job, now_ms)
@@ -135,17 +146,16 @@ class MongoJobs:
         """Replace a job-less locator by this request's, if nobody else did; then write
         the job. A lost race answers as a conflict (the other request won)."""
         same = {"_id": loc["_id"], "due_at": loc["due_at"], "payload_hash": loc["payload_hash"]}
-        expire_at = self._l.locator_written_expire_at(job, now_ms)
-        replaced = await self._l.locator.replace_one(same, locator_doc(job, now_ms, expire_at))
+        replaced = await self._l.locator.replace_one(same, self._locator(job, now_ms))
         if replaced.modified_count != 1:
             return CreateStatus.CONFLICT, job
-        await self._write_new_jobs([job])
+        await self._write_new_jobs([(job, self._home(job))])
         return CreateStatus.CREATED, job
 
     async def read_jobs(self, locators: Sequence[Doc]) -> dict[str, Doc]:
         by_bucket: dict[int, list[str]] = defaultdict(list)
         for loc in locators:
-            by_bucket[self._l.bucket_no(loc["second"])].append(loc["_id"])
+            by_bucket[self._l.home_of(loc)].append(loc["_id"])
         found = await asyncio.gather(
             *(
                 self._l.buckets[b]
@@ -158,38 +168,34 @@ class MongoJobs:
         return {d["_id"]: d for docs in found for d in docs}
 
     # -- read ----------------------------------------------------------------------
-    async def _locate(self, biz_type: str, job_id: str) -> Doc:
-        """The job document, or NotFound. Re-reads across a concurrent move."""
+    async def _locate(self, biz_type: str, job_id: str) -> tuple[Doc, Doc]:
+        """The job's locator and document, or NotFound: two reads by `_id`, and the
+        document is where the locator says (it never moves)."""
         key = job_key(biz_type, job_id)
-        for _ in range(_MOVE_RETRIES):
-            loc = await self._l.locator.find_one({"_id": key})
-            if loc is None:
-                break
-            doc = await self._l.bucket(loc["second"]).find_one(
-                {"_id": key, **self._l.shard_key(key)}
-            )
+        loc = await self._l.locator.find_one({"_id": key})
+        if loc is not None:
+            home = self._l.buckets[self._l.home_of(loc)]
+            doc = await home.find_one({"_id": key, **self._l.shard_key(key)})
             if doc is not None:
-                return doc
-            again = await self._l.locator.find_one({"_id": key})
-            if again is None or again["second"] == loc["second"]:
-                break  # a create that never finished: not an accepted job
+                return loc, doc
+        # No locator, or one whose creator never finished: not an accepted job.
         raise NotFound(f"no job {job_id!r} of biz type {biz_type!r}")
 
     async def get_job(self, biz_type: str, job_id: str) -> Job | None:
         try:
-            return doc_to_job(await self._locate(biz_type, job_id))
+            return doc_to_job((await self._locate(biz_type, job_id))[1])
         except NotFound:
             return None
 
     # -- changes -------------------------------------------------------------------
     async def cancel_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
-        for _ in range(_MOVE_RETRIES):
-            doc = await self._locate(biz_type, job_id)
+        for _ in range(_CHANGE_RETRIES):
+            loc, doc = await self._locate(biz_type, job_id)
             job = doc_to_job(doc)
             change = machine.cancel(job, now_ms)
             if change is None:
                 return job
-            applied = await self._apply_in_place(doc, change, now_ms)
+            applied = await self._apply_in_place(loc, doc, change, now_ms)
             if applied is not None:
                 return applied
         raise Conflict("the job kept changing; try again")
@@ -197,39 +203,52 @@ class MongoJobs:
     async def reschedule_job(
         self, biz_type: str, job_id: str, due_at: int, payload_json: str | None, now_ms: int
     ) -> Job:
-        for _ in range(_MOVE_RETRIES):
-            doc = await self._locate(biz_type, job_id)
-            job = doc_to_job(doc)
-            change = machine.reschedule(job, due_at, payload_json, now_ms)
-            moved = change.apply(job)
-            if await self._mover.move_one(Move(doc, moved, guard_filter(change.guard))):
-                return moved
+        for _ in range(_CHANGE_RETRIES):
+            loc, doc = await self._locate(biz_type, job_id)
+            change = machine.reschedule(doc_to_job(doc), due_at, payload_json, now_ms)
+            applied = await self._apply_in_place(loc, doc, change, now_ms)
+            if applied is not None:
+                return applied
         raise Conflict("the job kept changing; try again")
 
     async def replay_job(self, biz_type: str, job_id: str, now_ms: int) -> Job:
-        for _ in range(_MOVE_RETRIES):
-            doc = await self._locate(biz_type, job_id)
+        for _ in range(_CHANGE_RETRIES):
+            loc, doc = await self._locate(biz_type, job_id)
             job = doc_to_job(doc)
             change = machine.replay(job, now_ms)
             if change is None:  # still where a replay put it: a retried replay
                 return job
-            moved = change.apply(job)
-            if await self._mover.move_one(Move(doc, moved, guard_filter(change.guard))):
-                return moved
+            applied = await self._apply_in_place(loc, doc, change, now_ms)
+            if applied is not None:
+                return applied
         raise Conflict("the job kept changing; try again")
 
-    async def _apply_in_place(self, doc: Doc, change: machine.Change, now_ms: int) -> Job | None:
-        """A change that keeps the job in its bucket, under its guard; None if it missed."""
-        assert stays_in_bucket(self._l, doc, change)
-        expire_at = self._l.expire_at(now_ms)
-        updated = await self._l.bucket(doc["second"]).find_one_and_update(
+    async def _apply_in_place(
+        self, loc: Doc, doc: Doc, change: machine.Change, now_ms: int
+    ) -> Job | None:
+        """A change of the job's document in its home, under its guard (None if it
+        missed); one that sets it to fire in a second then bumps that second's entry,
+        naming the home bucket."""
+        home = self._l.home_of(loc)
+        updated = await self._l.buckets[home].find_one_and_update(
             {"_id": doc["_id"], **self._l.shard_key(doc["_id"]), **guard_filter(change.guard)},
-            change_update(change, expire_at),
+            change_update(change, self._l.expire_at(now_ms)),
             return_document=ReturnDocument.AFTER,
         )
         if updated is None:
             return None
+        job = doc_to_job(updated)
+        second = change.next_second
+        if second is not None:
+            await self._l.bump([(self._l.slot(job.key, second), home)])
+            # Set to fire so much later than its locator was written for that the
+            # locator might not outlive it: extended (an API call, rare; a reschedule
+            # by less than half the slack sends nothing: the identity keeper extends
+            # a job still waiting half the slack after its fire time).
+            fires_ms = max(job.next_attempt_at or now_ms, now_ms)
+            if self._l.locator_outgrown(loc.get("expire_at"), fires_ms):
+                await self._l.extend_locators([job.key], fires_ms + LOCATOR_SLACK_MS)
         # The locator outlives its job (layout.locator_expire_at, outlives_locator).
         if change.finishes and self._l.outlives_locator(doc["due_at"], now_ms):
             await self._l.extend_locators([doc["_id"]], now_ms)
-        return doc_to_job(updated)
+        return job

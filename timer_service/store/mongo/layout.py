@@ -1,21 +1,30 @@
 """The MongoDB layout: collections, documents, and a `Change` as a query.
 
-- ``jobs_b{n}``: the job documents whose next fire second ``s`` has
-  ``s % buckets == n``, indexed on (second, state, next_attempt_at). Reading
-  everything due in one second is one index range in one small collection.
-- ``locator``: ``_id = "<biz_type>/<job_id>"`` -> bucket and second. Its unique
-  ``_id`` is what makes create idempotent and lookups O(1).
-- ``seconds``: ``_id = slot``, ``v = version``: the ordered index of non-empty
-  seconds, one entry per (partition, second) (timer_service/partitions.py: the
-  slot of partition 0 is the second itself). Every write into a second bumps
-  ``v`` after writing the job; the daemon deletes an entry only with the
-  version it read before loading it.
+- ``jobs_b{n}``: the job documents whose *home* is bucket ``n``: the bucket of
+  their first due second (``second % buckets``). A job document never moves:
+  reschedule, retry and replay update it in place, so a job may fire in a second
+  of another bucket. Each bucket is indexed on (second, state, next_attempt_at,
+  _id), ``second`` being the second the job fires next.
+- ``locator``: ``_id = "<biz_type>/<job_id>"`` -> ``bucket`` (the home bucket),
+  the first due time and payload fingerprint. Written once, never repointed: its
+  unique ``_id`` is what makes create idempotent and lookups O(1). (A locator
+  written before homes existed has no ``bucket``; its ``second`` names it.)
+- ``seconds``: ``_id = slot``, ``v = version``, ``buckets``: the ordered index
+  of non-empty seconds, one entry per (partition, second)
+  (timer_service/partitions.py: the slot of partition 0 is the second itself),
+  naming the buckets that hold jobs due in it (nearly always one: the bucket of
+  the second itself; an entry without the list, written before, names that one).
+  Every write into a second bumps ``v`` and adds its bucket, in one upsert, after
+  writing the job; the daemon deletes an entry only with the version it read
+  before loading it.
+- No write needs a multi-document transaction: every change of a job is one
+  conditional update of its one document (docs/architecture.md, "Storage").
 - Final jobs get ``expire_at`` and a TTL index removes them after the retention
-  period. A locator's ``expire_at`` is set whenever the locator is written
-  anyway (create, move), far enough past its job's next fire time that the job
-  normally ends and expires first (``LOCATOR_SLACK_MS``), so an outcome writes
-  only the job; the rare job that ends later, or lives longer, gets its locator
-  extended (`Layout.locator_expire_at`, the daemon's identity keeper).
+  period. A locator's ``expire_at`` is set when it is written, far enough past its
+  job's next fire time that the job normally ends and expires first
+  (``LOCATOR_SLACK_MS``), so an outcome writes only the job; the rare job that ends
+  later, or is set to fire later, gets its locator extended
+  (`Layout.extend_locators`, the daemon's identity keeper).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from bson import ObjectId
-from pymongo import AsyncMongoClient, UpdateOne, WriteConcern
+from pymongo import AsyncMongoClient, ReadPreference, UpdateOne, WriteConcern
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
@@ -44,7 +53,7 @@ from timer_service.constants import (
 )
 from timer_service.jobs import Change, Guard, payload_fingerprint
 from timer_service.model import Attempt, Job, JobState, Labels, labels_of, second_of
-from timer_service.partitions import partition_of, slot
+from timer_service.partitions import partition_of, second_of_slot, slot
 from timer_service.tracecontext import TraceContext
 
 Doc = dict[str, Any]
@@ -76,7 +85,12 @@ class Layout:
         self.buckets_n = buckets
         self.partitions = partitions
         self.retention_ms = retention_ms
-        self.db: AsyncDatabase[Doc] = client.get_database(db_name, write_concern=write_concern)
+        # Every read of the store must see the writes before it (a claim's read-back,
+        # a create's read of the job its locator names): the primary's, whatever
+        # the URL says (docs/architecture.md, "Across a replica-set election").
+        self.db: AsyncDatabase[Doc] = client.get_database(
+            db_name, write_concern=write_concern, read_preference=ReadPreference.PRIMARY
+        )
         self.locator = self.db[LOCATOR_COLLECTION]
         self.seconds = self.db[SECONDS_COLLECTION]
         self.biz = self.db[BIZ_TYPES_COLLECTION]
@@ -86,11 +100,24 @@ class Layout:
         self.rounds = self.db[ROUNDS_COLLECTION]
         self.buckets = [self.db[f"{BUCKET_COLLECTION_PREFIX}{n}"] for n in range(buckets)]
 
-    def bucket(self, second: int) -> Collection:
-        return self.buckets[second % self.buckets_n]
-
     def bucket_no(self, second: int) -> int:
+        """The bucket of a second: the home of a job first due in it."""
         return second % self.buckets_n
+
+    def bucket(self, second: int) -> Collection:
+        return self.buckets[self.bucket_no(second)]
+
+    def home_of(self, locator: Doc) -> int:
+        """A job's home bucket, by its locator. A locator written before homes existed
+        has none: its job was then always in the bucket of the locator's second (a
+        move rewrote both in one transaction), and never moves now."""
+        home = locator.get("bucket")
+        return self.bucket_no(locator["second"]) if home is None else int(home)
+
+    def home_of_ref(self, bucket: int | None, second: int) -> int:
+        """The bucket a message or a claim names (None: one published before homes
+        existed, whose job was in the bucket of its second)."""
+        return self.bucket_no(second) if bucket is None else bucket
 
     def partition(self, key: str) -> int:
         return partition_of(key, self.partitions)
@@ -141,6 +168,18 @@ class Layout:
         fires_ms = max(now_ms, wall_ms, job.next_attempt_at or job.due_at)
         return self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS)
 
+    def locator_outgrown(self, expiry: datetime | None, fires_ms: int) -> bool:
+        """Whether a job set to fire at `fires_ms` (a reschedule, a replay) has outgrown
+        its locator, written with `expiry`: when it fires more than half the slack
+        later than the locator was written for. Less needs nothing: a job ending
+        within half the slack of its fire time is covered, and one still waiting then
+        has its locator extended by the identity keeper (`keep_identities`)."""
+        if expiry is None:
+            return False  # written before expiries were set at write time: none
+        if expiry.tzinfo is None:  # a client without tz_aware reads naive UTC
+            expiry = expiry.replace(tzinfo=UTC)
+        return expiry < self.locator_expire_at(fires_ms + LOCATOR_SLACK_MS // 2)
+
     @staticmethod
     def outlives_locator(due_at: int | None, ends_ms: int) -> bool:
         """Whether a job due at `due_at` that ends at `ends_ms` may outlive its locator.
@@ -168,17 +207,47 @@ class Layout:
             {"$set": {"expire_at": self.locator_expire_at(keep_until_ms or ends_ms)}},
         )
 
-    async def bump(self, slots: Iterable[int], session: Any = None) -> None:
-        """Renew the entries of these slots, (partition, second) each (creating them):
-        after the jobs are written.
+    async def bump(self, placed: Iterable[tuple[int, int]]) -> None:
+        """Renew the entries of these (slot, bucket) pairs, creating them: after the
+        jobs are written. One upsert per slot sets a new version and adds the buckets
+        to the entry's list, in one command.
         Each write gets a version no earlier write had (an ObjectId: unique across
         processes), so a release with a version read before can only miss."""
-        ops = [
-            UpdateOne({"_id": s}, {"$set": {"v": str(ObjectId())}}, upsert=True)
-            for s in sorted(slots)
-        ]
+        by_slot: dict[int, set[int]] = {}
+        for at, bucket in placed:
+            by_slot.setdefault(at, set()).add(bucket)
+        ops: list[UpdateOne] = []
+        for at, homes in sorted(by_slot.items()):
+            own = self.bucket_no(second_of_slot(at))
+            if homes != {own}:
+                # An entry written before entries named buckets names its second's own
+                # bucket by having no list (`buckets_of_entry`): give it that list
+                # before adding another, so that its jobs are not passed over.
+                ops.append(
+                    UpdateOne(
+                        {"_id": at, "buckets": {"$exists": False}}, {"$set": {"buckets": [own]}}
+                    )
+                )
+            ops.append(
+                UpdateOne(
+                    {"_id": at},
+                    {
+                        "$set": {"v": str(ObjectId())},
+                        "$addToSet": {"buckets": {"$each": sorted(homes)}},
+                    },
+                    upsert=True,
+                )
+            )
         if ops:
-            await self.seconds.bulk_write(ops, ordered=False, session=session)
+            await self.seconds.bulk_write(ops, ordered=True)
+
+    def buckets_of_entry(self, entry: Doc) -> list[int]:
+        """The buckets an entry of the seconds index names (one written before entries
+        named buckets: its second's own, where the jobs then always were)."""
+        named = entry.get("buckets")
+        if named is None:
+            return [self.bucket_no(second_of_slot(int(entry["_id"])))]
+        return sorted(int(b) for b in named)
 
 
 async def insert_ignoring_duplicates(coll: Collection, docs: list[Doc]) -> set[str]:
@@ -241,11 +310,13 @@ def trace_of(doc: Doc) -> TraceContext | None:
     return None if traceparent is None else TraceContext(traceparent, doc.get("tracestate"))
 
 
-def locator_doc(job: Job, now_ms: int, expire_at: datetime) -> Doc:
-    """The identity's entry: where the job is, and what a repeated create compares."""
+def locator_doc(job: Job, now_ms: int, expire_at: datetime, bucket: int) -> Doc:
+    """The identity's entry, never changed once written (but for its expiry): where the
+    job lives, and what a repeated create compares."""
     return {
         "_id": job.key,
         "biz_type": job.biz_type,
+        "bucket": bucket,
         "second": second_of(job.next_attempt_at or job.due_at),
         "due_at": job.due_at,
         "payload_hash": payload_fingerprint(job.payload_json),
@@ -324,17 +395,8 @@ def guard_filter(guard: Guard) -> Doc:
     return query
 
 
-# A move's mark on the old documents, which the hot path passes by (store/mongo/moves.py).
-MOVE_MARK_FIELDS = ("move", "move_until")
-
-
-def unmarked(now_ms: int) -> Doc:
-    """The hot path's condition: not under a move's live mark (none, or run out)."""
-    return {"move_until": {"$not": {"$gt": now_ms}}}
-
-
 def change_update(change: Change, expire_at: datetime | None = None) -> Doc:
-    """The update that applies `change` in place (the job stays in its bucket); a
+    """The update that applies `change` in place (a job never leaves its bucket); a
     change that finishes the job needs the end of its retention."""
     sets = {_DOC_FIELD.get(name, name): _doc_value(v) for name, v in change.sets.items()}
     second = change.next_second
@@ -352,13 +414,3 @@ def change_update(change: Change, expire_at: datetime | None = None) -> Doc:
 
 def _doc_value(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
-
-
-def stays_in_bucket(layout: Layout, doc: Doc, change: Change) -> bool:
-    second = change.next_second
-    return second is None or layout.bucket_no(second) == layout.bucket_no(doc["second"])
-
-
-def next_second_of(job: Job) -> int:
-    assert job.next_attempt_at is not None
-    return second_of(job.next_attempt_at)

@@ -13,21 +13,18 @@ from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
 from timer_service.model import Job, job_key
 from timer_service.store.mongo.layout import (
-    Doc,
+    LOCATOR_SLACK_MS,
     Layout,
     change_update,
     doc_to_job,
     guard_filter,
     one_reply,
-    unmarked,
 )
-from timer_service.store.mongo.moves import Move, Mover
 
 
 class MongoOutcomes:
-    def __init__(self, layout: Layout, mover: Mover) -> None:
+    def __init__(self, layout: Layout) -> None:
         self._l = layout
-        self._mover = mover
 
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
@@ -45,7 +42,7 @@ class MongoOutcomes:
             lambda: defaultdict(dict)
         )
         for ref in refs:
-            group = by_bucket[self._l.bucket_no(ref.second)][(ref.claim, ref.retake)]
+            group = by_bucket[_home(self._l, ref)][(ref.claim, ref.retake)]
             group.setdefault(_ref_key(ref), ref.job)
 
         async def mark(b: int, groups: dict[tuple[str, bool], dict[str, Job | None]]) -> None:
@@ -59,7 +56,6 @@ class MongoOutcomes:
                         "_id": {"$in": list(jobs)},
                         **self._l.shard_keys(list(jobs)),
                         **guard_filter(changes[group].guard),
-                        **unmarked(now_ms),
                     },
                     change_update(changes[group]),
                 )
@@ -91,7 +87,7 @@ class MongoOutcomes:
         return marked
 
     async def _mark_one(self, ref: SendRef, send_token: str, now_ms: int) -> dict[str, Job]:
-        bucket = self._l.buckets[self._l.bucket_no(ref.second)]
+        bucket = self._l.buckets[_home(self._l, ref)]
         key = _ref_key(ref)
         change = machine.start_sending(ref.claim, send_token, now_ms, ref.retake)
         doc = await bucket.find_one_and_update(
@@ -99,7 +95,6 @@ class MongoOutcomes:
                 "_id": key,
                 **self._l.shard_key(key),
                 **guard_filter(change.guard),
-                **unmarked(now_ms),
             },
             change_update(change),
             return_document=ReturnDocument.AFTER,
@@ -111,23 +106,18 @@ class MongoOutcomes:
         return {} if doc is None else {key: doc_to_job(doc)}
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
-        """Outcomes that keep the job in its bucket (delivered, dead, a retry into the
-        same bucket) are blind conditional updates, one bulk write per bucket; a retry
-        into another bucket is read and moved. An update that missed means the job
-        was cancelled meanwhile (or the outcome is stale): looked for only then."""
+        """Every outcome is a blind conditional update of its job in its home bucket,
+        one bulk write per bucket (a retry too: it stays where it is and fires from
+        there), then one bump of the retried jobs' seconds naming their homes. An
+        update that missed means the job was cancelled meanwhile (or the outcome is
+        stale): looked for only then. No outcome can fail for ever: each is one
+        statement on one document, which applies or misses."""
         layout = self._l
         expire_at = layout.expire_at(now_ms)
-        in_place: dict[int, list[tuple[Outcome, machine.Change]]] = defaultdict(list)
-        moving: list[tuple[Outcome, machine.Change]] = []
+        by_bucket: dict[int, list[tuple[Outcome, machine.Change]]] = defaultdict(list)
         for o in outcomes:
-            change = machine.outcome(o, now_ms)
-            second = change.next_second
-            b = layout.bucket_no(o.ref.second)
-            if second is None or layout.bucket_no(second) == b:
-                in_place[b].append((o, change))
-            else:
-                moving.append((o, change))
-        buckets = list(in_place)
+            by_bucket[_home(layout, o.ref)].append((o, machine.outcome(o, now_ms)))
+        buckets = list(by_bucket)
         results = await asyncio.gather(
             *(
                 layout.buckets[b].bulk_write(
@@ -136,7 +126,7 @@ class MongoOutcomes:
                             {"_id": _key(o), **layout.shard_key(_key(o)), **guard_filter(c.guard)},
                             change_update(c, expire_at),
                         )
-                        for o, c in in_place[b]
+                        for o, c in by_bucket[b]
                     ],
                     ordered=False,
                 )
@@ -144,68 +134,44 @@ class MongoOutcomes:
             )
         )
         retried = {
-            layout.slot(_key(o), second)
-            for items in in_place.values()
+            (layout.slot(_key(o), second), b)
+            for b, items in by_bucket.items()
             for o, c in items
             if (second := c.next_second) is not None
         }
-        if retried:  # a retry is a new timer: its second must be indexed
+        if retried:  # a retry is a new timer: its second must name its bucket
             await layout.bump(retried)
         # Locators were given an expiry past their job's when written: only a job that
-        # ends long after its due time needs its locator extended (normally none, and
-        # then no command is sent at all).
+        # ends, or is retried, long after its due time needs its locator extended
+        # (normally none, and then no command is sent at all).
         await layout.extend_locators(
             [
                 _key(o)
-                for items in in_place.values()
+                for items in by_bucket.values()
                 for o, c in items
                 if c.finishes and layout.outlives_locator(o.ref.due_at, now_ms)
             ],
             now_ms,
         )
+        late = [
+            (_key(o), at)
+            for items in by_bucket.values()
+            for o, c in items
+            if (at := o.next_attempt_at) is not None
+            and c.next_second is not None
+            and layout.outlives_locator(o.ref.due_at, at)
+        ]
+        if late:
+            ends_ms = max(at for _, at in late) + LOCATOR_SLACK_MS
+            await layout.extend_locators([key for key, _ in late], ends_ms)
         missed = [
             o
             for b, result in zip(buckets, results, strict=True)
-            if result.modified_count < len(in_place[b])
-            for o, _ in in_place[b]
+            if result.modified_count < len(by_bucket[b])
+            for o, _ in by_bucket[b]
         ]
-        if moving:
-            missed.extend(await self._move_retries(moving))
         if missed:
             await self._record_after_cancel(missed, now_ms)
-
-    async def _move_retries(
-        self, moving: Sequence[tuple[Outcome, machine.Change]]
-    ) -> list[Outcome]:
-        """Move retried jobs to their new bucket; returns the outcomes whose job was
-        no longer dispatched under their claim."""
-        by_bucket: dict[int, list[str]] = defaultdict(list)
-        for o, _ in moving:
-            by_bucket[self._l.bucket_no(o.ref.second)].append(_key(o))
-        found = await asyncio.gather(
-            *(
-                self._l.buckets[b]
-                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys)})
-                .to_list(None)
-                for b, keys in by_bucket.items()
-            )
-        )
-        docs: dict[str, Doc] = {d["_id"]: d for ds in found for d in ds}
-        moves, missed = [], []
-        for o, change in moving:
-            doc = docs.get(_key(o))
-            if doc is None:
-                continue
-            job = doc_to_job(doc)
-            if change.guard.holds(job):
-                moves.append(Move(doc, change.apply(job), guard_filter(change.guard)))
-            else:
-                missed.append(o)
-        if moves:
-            tried = {m.old["_id"] for m in moves}
-            moved = set(await self._mover.move_many(moves))
-            missed.extend(o for o, _ in moving if _key(o) in tried and _key(o) not in moved)
-        return missed
 
     async def _record_after_cancel(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         """`jobs.outcome_after_cancel`, as its guard says (once per attempt)."""
@@ -213,11 +179,13 @@ class MongoOutcomes:
         for o in outcomes:
             change = machine.outcome_after_cancel(o, now_ms)
             query = {"_id": _key(o), **self._l.shard_key(_key(o)), **guard_filter(change.guard)}
-            by_bucket[self._l.bucket_no(o.ref.second)].append(
-                UpdateOne(query, change_update(change))
-            )
+            by_bucket[_home(self._l, o.ref)].append(UpdateOne(query, change_update(change)))
         for b, ops in by_bucket.items():
             await self._l.buckets[b].bulk_write(ops, ordered=False)
+
+
+def _home(layout: Layout, ref: SendRef) -> int:
+    return layout.home_of_ref(ref.bucket, ref.second)
 
 
 def _key(o: Outcome) -> str:

@@ -6,12 +6,13 @@ import asyncio
 import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from pymongo import ASCENDING, UpdateOne
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed
-from timer_service.model import Job, JobState, second_of
+from timer_service.model import Job, JobState
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
     Doc,
@@ -19,7 +20,6 @@ from timer_service.store.mongo.layout import (
     doc_to_job,
     guard_filter,
     one_reply,
-    unmarked,
 )
 from timer_service.store.mongo.scope import Scoped
 
@@ -124,10 +124,18 @@ class MongoReconcile(Scoped):
     async def reclaim(
         self, jobs: Sequence[Job], claim: str, fence: int, now_ms: int
     ) -> list[Claimed]:
+        wanted = [j for j in jobs if j.next_attempt_at is not None and j.claim is not None]
+        if not wanted:
+            return []
+        # Where each job lives: its locator says, and never changes (a rare path:
+        # the reconciler's, a few jobs at a time).
+        keys = [j.key for j in wanted]
+        found = self._l.locator.find({"_id": {"$in": keys}}, {"bucket": 1, "second": 1})
+        homes = {loc["_id"]: self._l.home_of(loc) for loc in await found.to_list(None)}
         by_bucket: dict[int, list[Job]] = defaultdict(list)
-        for job in jobs:
-            if job.next_attempt_at is not None and job.claim is not None:
-                by_bucket[self._l.bucket_no(second_of(job.next_attempt_at))].append(job)
+        for job in wanted:
+            if job.key in homes:
+                by_bucket[homes[job.key]].append(job)
         out: list[Claimed] = []
         for b, items in by_bucket.items():
             ops = []
@@ -139,7 +147,6 @@ class MongoReconcile(Scoped):
                     **self._l.shard_key(j.key),
                     **guard_filter(change.guard),
                     "fence": {"$lte": fence},
-                    **unmarked(now_ms),
                 }
                 ops.append(UpdateOne(query, change_update(change)))
             bucket = self._l.buckets[b]
@@ -148,5 +155,8 @@ class MongoReconcile(Scoped):
             mine = {"_id": {"$in": keys}, **self._l.shard_keys(keys), "claim": claim}
             found = bucket.find(mine, CLAIM_PROJECTION).batch_size(one_reply(len(keys)))
             docs = await found.to_list(None)
-            out.extend(machine.claimed(doc_to_job(d), d["second"], carry=True) for d in docs)
+            out.extend(
+                replace(machine.claimed(doc_to_job(d), d["second"], carry=True), bucket=b)
+                for d in docs
+            )
         return out

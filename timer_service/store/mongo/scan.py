@@ -1,4 +1,5 @@
-"""MongoDB scan: the seconds index, and claims as conditional range updates."""
+"""MongoDB scan: the seconds index, and claims as conditional range updates in the
+buckets each second's entries name (store/mongo/layout.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Collection
+from dataclasses import replace
 from typing import Any
 
 from pymongo import ASCENDING, DeleteOne
@@ -24,11 +26,12 @@ from timer_service.store.mongo.layout import (
     doc_to_job,
     guard_filter,
     one_reply,
-    unmarked,
 )
 from timer_service.store.mongo.scope import Scope, Scoped
 
 log = logging.getLogger(__name__)
+
+_NAMED_KEPT = 100_000  # seconds whose buckets a scanner remembers (a few MB at most)
 
 
 class MongoScan(Scoped):
@@ -38,6 +41,11 @@ class MongoScan(Scoped):
         # so the events in between are not lost (only a token the oplog no longer
         # holds is dropped, and the daemon's safety poll covers that gap).
         self._resume_token: Any = None
+        # The buckets each second's entries named when last read (`next_seconds`,
+        # `load_second`): where its claims look. An entry that names another bucket
+        # later has a new version, so the daemon loads the second again before it
+        # may release it, and the load reads the list again.
+        self._named: dict[int, list[int]] = {}
 
     def own(self, partitions: Collection[int] | None) -> None:
         """Scope every later call of the daemon's ports to these partitions (the
@@ -57,20 +65,78 @@ class MongoScan(Scoped):
             )
         )
         by_second: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        named: dict[int, set[int]] = defaultdict(set)
         for docs in found:
             for d in docs:
                 at = int(d["_id"])
                 by_second[second_of_slot(at)].append((partition_of_slot(at), str(d["v"])))
-        return [SecondEntry.merged(s, by_second[s]) for s in sorted(by_second)[:limit]]
+                named[second_of_slot(at)].update(self._l.buckets_of_entry(d))
+        seconds = sorted(by_second)[:limit]
+        for s in seconds:
+            self._remember(s, sorted(named[s]))
+        return [SecondEntry.merged(s, by_second[s]) for s in seconds]
 
     async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
         slots = [slot(p, second) for p in self._partitions()]
         stamp = {"_id": slots[0] if len(slots) == 1 else {"$in": slots}}
-        await self._l.seconds.update_many(stamp, {"$max": {"f": fence}})
+        if len(slots) == 1:
+            entry = await self._l.seconds.find_one_and_update(
+                stamp, {"$max": {"f": fence}}, {"buckets": 1, "v": 1}
+            )
+            entries = [] if entry is None else [entry]
+        else:
+            await self._l.seconds.update_many(stamp, {"$max": {"f": fence}})
+            entries = await self._l.seconds.find(stamp, {"buckets": 1}).to_list(None)
+        buckets = self._remember(second, self._buckets_named(second, entries))
         pending = self._scoped({"second": second, "state": JobState.PENDING.value})
-        found = self._l.bucket(second).find(pending, {"next_attempt_at": 1})
-        docs = await found.batch_size(LOAD_BATCH).to_list(None)
-        return [(d["_id"], d["next_attempt_at"]) for d in docs]
+        found = await asyncio.gather(
+            *(
+                self._l.buckets[b]
+                .find(pending, {"next_attempt_at": 1})
+                .batch_size(LOAD_BATCH)
+                .to_list(None)
+                for b in buckets
+            )
+        )
+        if len(entries) == 1 and "buckets" in entries[0]:
+            empty = [b for b, docs in zip(buckets, found, strict=True) if not docs]
+            if empty:
+                await self._forget_buckets(second, entries[0], empty)
+        return [(d["_id"], d["next_attempt_at"]) for docs in found for d in docs]
+
+    async def _forget_buckets(self, second: int, entry: Doc, empty: list[int]) -> None:
+        """Take buckets that hold no pending job of `second` off its entry, so that its
+        claims do not read them (named by jobs rescheduled, retried or cancelled out of
+        the second since). Only at the version read before the load: a write into the
+        second since then (which names its bucket again) makes it miss."""
+        pulled = await self._l.seconds.update_one(
+            {"_id": entry["_id"], "v": entry["v"]}, {"$pull": {"buckets": {"$in": empty}}}
+        )
+        if pulled.modified_count:
+            kept = [b for b in self._l.buckets_of_entry(entry) if b not in empty]
+            self._remember(second, kept or [self._l.bucket_no(second)])
+
+    def _buckets_named(self, second: int, entries: list[Doc]) -> list[int]:
+        """The buckets these entries of `second` name; with none (no entry, or one
+        whose buckets were all found empty), its own bucket."""
+        named = {b for e in entries for b in self._l.buckets_of_entry(e)}
+        return sorted(named) or [self._l.bucket_no(second)]
+
+    async def _buckets_of(self, second: int) -> list[int]:
+        """Where `second`'s jobs are: as its entries named when last read, or read now
+        (a claim of a second this process has not read)."""
+        known = self._named.get(second)
+        if known is not None:
+            return known
+        slots = [slot(p, second) for p in self._partitions()]
+        entries = await self._l.seconds.find({"_id": {"$in": slots}}, {"buckets": 1}).to_list(None)
+        return self._remember(second, self._buckets_named(second, entries))
+
+    def _remember(self, second: int, buckets: list[int]) -> list[int]:
+        if len(self._named) >= _NAMED_KEPT:
+            self._named.clear()  # seconds never released here (another daemon's now)
+        self._named[second] = buckets
+        return buckets
 
     async def claim_due(
         self,
@@ -81,8 +147,32 @@ class MongoScan(Scoped):
         now_ms: int,
         limit: int | None = None,
     ) -> list[Claimed]:
+        buckets = await self._buckets_of(second)  # nearly always one: the second's own
+        if limit is None:  # side by side
+            found = await asyncio.gather(
+                *(self._claim_in(b, second, upto_ms, claim, fence, now_ms, None) for b in buckets)
+            )
+            return [c for got in found for c in got]
+        claimed: list[Claimed] = []
+        for b in buckets:  # bounded: one after another, until the limit
+            left = limit - len(claimed)
+            if left == 0:
+                break
+            claimed += await self._claim_in(b, second, upto_ms, claim, fence, now_ms, left)
+        return claimed
+
+    async def _claim_in(
+        self,
+        b: int,
+        second: int,
+        upto_ms: int,
+        claim: str,
+        fence: int,
+        now_ms: int,
+        limit: int | None,
+    ) -> list[Claimed]:
         change = machine.claim(claim, fence, now_ms)
-        coll = self._l.bucket(second)
+        coll = self._l.buckets[b]
         # `jobs.claimable` as a query: the guard's state, due by upto_ms, fence not higher.
         query = self._scoped(
             {
@@ -90,7 +180,6 @@ class MongoScan(Scoped):
                 **guard_filter(change.guard),
                 "next_attempt_at": {"$lte": upto_ms},
                 "fence": {"$lte": fence},
-                **unmarked(now_ms),
             }
         )
         if limit is not None:
@@ -101,7 +190,9 @@ class MongoScan(Scoped):
         mine = self._scoped({"second": second, "claim": claim})
         found = coll.find(mine, CLAIM_PROJECTION).batch_size(one_reply(result.modified_count))
         docs = await found.to_list(None)
-        return [machine.claimed(doc_to_job(d), d["second"], carry=True) for d in docs]
+        return [
+            replace(machine.claimed(doc_to_job(d), d["second"], carry=True), bucket=b) for d in docs
+        ]
 
     @staticmethod
     async def _bounded(coll: Any, query: Doc, limit: int) -> Doc:
@@ -139,6 +230,9 @@ class MongoScan(Scoped):
                 [DeleteOne(q) for q in unchanged], ordered=False
             )
             deleted = result.deleted_count
+        # Released, or written into since it was read: either way its list is read
+        # again before the next claim (a write may have named another bucket).
+        self._named.pop(entry.second, None)
         if deleted == len(parts):
             return True
         slots = [slot(p, entry.second) for p, _ in parts]
@@ -183,7 +277,19 @@ class MongoScan(Scoped):
                 self._resume_token = stream.resume_token
                 if change is not None:
                     at = int(change["documentKey"]["_id"])
+                    if _names_buckets_anew(change):
+                        # Claims read the entry's buckets again (`_buckets_of`) before
+                        # the daemon hears of the write (the yield below).
+                        self._named.pop(second_of_slot(at), None)
                     # One stream for every partition (a stream per partition would cost
                     # the store work on every write, P times): others' are passed over.
                     if self._owned is None or partition_of_slot(at) in self._owned:
                         yield second_of_slot(at)
+
+
+def _names_buckets_anew(change: Doc) -> bool:
+    """Whether a change-stream event may have changed an entry's list of buckets."""
+    if change.get("operationType") != "update":
+        return True  # a new entry (or a replaced one)
+    fields = change.get("updateDescription", {}).get("updatedFields", {})
+    return any(name.split(".")[0] == "buckets" for name in fields)

@@ -33,8 +33,9 @@ SCHEMA_ID = "schema"
 LOCK_ID = "setup-lock"
 # 2: (state, next_attempt_at) per bucket, for the overdue sweep; 3: the console's
 # (locator labels, bucket history.at, the audit log); 4: `_id` appended to the
-# buckets' (second, state, next_attempt_at), for bounded claims
-SCHEMA_VERSION = 4
+# buckets' (second, state, next_attempt_at), for bounded claims; 5: jobs never move
+# (store/mongo/upgrade.py: move marks taken off, second copies of a job cancelled)
+SCHEMA_VERSION = 5
 LOCK_TTL_MS = 120_000  # a setup that took longer died: another process may take over
 POLL_S = 0.25
 

@@ -5,24 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 
-from bson import ObjectId
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING
 
 from timer_service.model import JobState
-from timer_service.store.mongo.layout import LOCATOR_SLACK_MS, unmarked
+from timer_service.store.mongo.layout import LOCATOR_SLACK_MS
 from timer_service.store.mongo.scope import Scoped
 
 
 class MongoSweep(Scoped):
     async def find_overdue_pending(self, before_ms: int, limit: int) -> list[int]:
         # Served by the (state, next_attempt_at) index of every bucket: normally empty.
-        # A job under a move's mark is not lost: the move ends, or the mark runs out.
         query = self._scoped(
-            {
-                "state": JobState.PENDING.value,
-                "next_attempt_at": {"$lt": before_ms},
-                **unmarked(before_ms),
-            }
+            {"state": JobState.PENDING.value, "next_attempt_at": {"$lt": before_ms}}
         )
         found = await asyncio.gather(
             *(
@@ -37,24 +31,26 @@ class MongoSweep(Scoped):
         return sorted({d["second"] for d in docs[:limit]})
 
     async def restore_seconds(self, seconds: Collection[int]) -> None:
-        slots: set[int] = set()
-        if self._l.partitions == 1:
-            slots.update(seconds)
-        elif seconds:
-            # The partitions of each second that hold pending jobs (a rare repair).
-            pending = self._scoped(
-                {"second": {"$in": sorted(seconds)}, "state": JobState.PENDING.value}
-            )
-            found = await asyncio.gather(
-                *(c.find(pending, {"second": 1}).to_list(None) for c in self._l.buckets)
-            )
-            slots.update(self._l.slot(d["_id"], d["second"]) for docs in found for d in docs)
-        ops = [
-            UpdateOne({"_id": s}, {"$setOnInsert": {"v": str(ObjectId())}}, upsert=True)
-            for s in sorted(slots)
-        ]
-        if ops:
-            await self._l.seconds.bulk_write(ops, ordered=False)
+        """Give each of these seconds' pending jobs an entry naming its bucket, where
+        none does (a writer that died between its job and its bump). An entry that is
+        there and names the bucket is left as it is: the daemon has it in hand."""
+        if not seconds:
+            return
+        pending = self._scoped(
+            {"second": {"$in": sorted(seconds)}, "state": JobState.PENDING.value}
+        )
+        found = await asyncio.gather(
+            *(c.find(pending, {"second": 1}).to_list(None) for c in self._l.buckets)
+        )
+        placed = {
+            (self._l.slot(d["_id"], d["second"]), b) for b, docs in enumerate(found) for d in docs
+        }
+        if not placed:
+            return
+        slots = sorted({at for at, _ in placed})
+        entries = await self._l.seconds.find({"_id": {"$in": slots}}, {"buckets": 1}).to_list(None)
+        named = {int(e["_id"]): set(self._l.buckets_of_entry(e)) for e in entries}
+        await self._l.bump((at, b) for at, b in placed if b not in named.get(at, ()))
 
     async def keep_identities(self, now_ms: int, limit: int) -> int:
         # Jobs still waiting half the slack after they were set to fire: served by each
