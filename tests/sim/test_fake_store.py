@@ -54,11 +54,11 @@ async def test_a_claim_whose_reply_was_lost_has_claimed_the_jobs() -> None:
     assert sorted((j.job_id, j.claim) for j in stale) == [("a", "c1"), ("b", "c1")]
 
 
-@pytest.mark.known_bug
-async def test_a_repeated_create_during_a_move_leaves_one_job() -> None:
-    """Break 1 (issue 30): the create's retry reads the locator, a reschedule moves the
-    job to another bucket, then the retry reads the old bucket, finds nothing, and
-    "repairs" the identity with a second pending document."""
+async def test_a_repeated_create_during_a_reschedule_leaves_one_job() -> None:
+    """Break 1 (issue 30): the create's retry read the locator, a reschedule moved the
+    job to another bucket, then the retry read the old bucket, found nothing, and
+    "repaired" the identity with a second pending document. Jobs no longer move: the
+    reschedule updates the job in its home bucket, where the retry finds it."""
     plan = FaultPlan()
     server = FakeMongo(FakeClock(NOW), faults=plan)
     store = await started(server)

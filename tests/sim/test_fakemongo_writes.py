@@ -238,3 +238,17 @@ async def test_a_closed_client_refuses_commands_as_pymongo_4_does(server: FakeMo
     with pytest.raises(InvalidOperation):
         await client["db"]["c"].find_one({"_id": 1})
     assert await server.client()["db"]["c"].find_one({"_id": 1}) == {"_id": 1}  # data stays
+
+
+async def test_add_to_set_and_pull_keep_an_array_as_a_set(coll: FakeCollection) -> None:
+    """The seconds index names its buckets with these (store/mongo/layout.py)."""
+    await coll.update_one({"_id": "s"}, {"$addToSet": {"b": {"$each": [5, 7]}}}, upsert=True)
+    await coll.update_one({"_id": "s"}, {"$addToSet": {"b": {"$each": [7, 9]}}})
+    await coll.update_one({"_id": "s"}, {"$addToSet": {"b": 5}})
+    assert await coll.find_one({"_id": "s"}) == {"_id": "s", "b": [5, 7, 9]}
+    await coll.update_one({"_id": "s"}, {"$pull": {"b": {"$in": [5, 9, 11]}}})
+    assert await coll.find_one({"_id": "s"}) == {"_id": "s", "b": [7]}
+    await coll.update_one({"_id": "s"}, {"$pull": {"b": 7, "missing": 1}})
+    assert await coll.find_one({"_id": "s"}) == {"_id": "s", "b": []}
+    with pytest.raises(OperationFailure):
+        await coll.update_one({"_id": "s"}, {"$set": {"x": 1}, "$addToSet": {"x": 2}})

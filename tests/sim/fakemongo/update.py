@@ -9,7 +9,7 @@ from typing import Any
 from bson import ObjectId
 
 from tests.sim.fakemongo.expressions import Context, run_pipeline
-from tests.sim.fakemongo.query import is_operator_doc
+from tests.sim.fakemongo.query import is_operator_doc, matches
 from tests.sim.fakemongo.values import MISSING, Doc, compare, equal, get_path, type_rank
 
 # Codes of the server's write errors (mongo/base/error_codes.yml).
@@ -34,6 +34,8 @@ _UPDATE_OPERATORS = (
     "$unset",
     "$inc",
     "$push",
+    "$addToSet",
+    "$pull",
     "$max",
     "$min",
     "$setOnInsert",
@@ -135,6 +137,24 @@ def _apply_one(doc: Doc, path: str, op: str, arg: Any, ctx: Context, inserting: 
             raise UpdateFailure(BAD_VALUE, f"The field '{path}' must be an array")
         else:
             current.extend(items)
+    elif op == "$addToSet":
+        items = list(arg["$each"]) if isinstance(arg, dict) and "$each" in arg else [arg]
+        if isinstance(arg, dict) and "$each" in arg and set(arg) != {"$each"}:
+            raise NotImplementedError("fake MongoDB: $addToSet modifiers besides $each")
+        if current is MISSING:
+            current = []
+            _set(doc, path, current)
+        elif not isinstance(current, list):
+            raise UpdateFailure(BAD_VALUE, f"Cannot apply $addToSet to non-array field '{path}'")
+        for item in items:
+            if not any(equal(item, have) for have in current):
+                current.append(item)
+    elif op == "$pull":
+        if current is MISSING:
+            return
+        if not isinstance(current, list):
+            raise UpdateFailure(BAD_VALUE, "Cannot apply $pull to a non-array value")
+        current[:] = [item for item in current if not _pulls(item, arg)]
     elif op in ("$max", "$min"):
         c = 1 if current is MISSING else compare(arg, current)
         if current is MISSING or (c > 0 if op == "$max" else c < 0):
@@ -143,6 +163,17 @@ def _apply_one(doc: Doc, path: str, op: str, arg: Any, ctx: Context, inserting: 
         if arg is not True and arg != {"$type": "date"}:
             raise NotImplementedError("fake MongoDB: $currentDate as a timestamp")
         _set(doc, path, ctx.now)
+
+
+def _pulls(item: Any, condition: Any) -> bool:
+    """Whether `$pull: {path: condition}` removes `item`: a condition of operators is
+    matched against the item itself, a document as a query of the item's fields, any
+    other value by equality."""
+    if is_operator_doc(condition):
+        return matches({"item": item}, {"item": condition})
+    if isinstance(condition, dict) and isinstance(item, dict):
+        return matches(item, condition)
+    return equal(item, condition)
 
 
 def _parent(doc: Doc, path: str, create: bool) -> tuple[Any, str]:
