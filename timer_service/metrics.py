@@ -169,6 +169,13 @@ class Metrics:
         self._m["timer_canary_lateness_seconds"].observe(max(0.0, lateness_s))
         self._m["timer_canary_last_success_timestamp_seconds"].set(at_s)
 
+    def canary_last_success_s(self) -> float | None:
+        """When this process last saw a canary arrive (epoch seconds); None if never."""
+        gauge = self._m["timer_canary_last_success_timestamp_seconds"]
+        if gauge is _UNEXPORTED:
+            return None
+        return float(gauge._value.get()) or None
+
     def _of(self, name: str, biz_type: str, *labels: str) -> Any:
         """The series of `biz_type` (and `labels`) of metric `name`; none for a reserved
         biz type."""
