@@ -19,10 +19,12 @@ from timer_service.partitions import DAEMON_LEASE_PREFIX
 
 @dataclass(frozen=True, slots=True)
 class CanaryState:
-    """`interval_ms` 0: the canary is off. `last_success_at`: epoch ms, None if none seen."""
+    """`interval_ms` 0: the canary is off. `last_success_at`: epoch ms, None if none seen
+    (in the store within `lookback_ms`, or by this process ever)."""
 
     interval_ms: int
     last_success_at: int | None
+    lookback_ms: int = 0
 
 
 def partition_of(lease_name: str) -> int | None:
@@ -105,5 +107,6 @@ def canary_view(state: CanaryState, now_ms: int) -> dict[str, Any]:
         "interval_ms": state.interval_ms,
         "last_success_at": last,
         "age_ms": age,
+        "lookback_ms": state.lookback_ms if enabled else None,
         "alive": enabled and age is not None and age < 3 * state.interval_ms,
     }

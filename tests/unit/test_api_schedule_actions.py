@@ -88,3 +88,16 @@ async def test_unknown_schedules_and_bad_ids_are_problems(api: Api) -> None:
         problem = expect(await api.request("POST", f"/v1/schedules/orders/nope/{action}"), 404)
         assert problem["status"] == 404, problem
         expect(await api.request("POST", f"/v1/schedules/orders/bad%20id/{action}"), 422)
+
+
+async def test_skip_next_of_an_occurrence_whose_job_was_never_made(api: Api) -> None:
+    """A crash between a schedule's advance and its create leaves a next_run_at with no
+    job (the repair would make it): skipping it moves on and makes the following one."""
+    await put_tick(api)
+    [stored] = await api.store.schedules.list("orders")
+    orphan = NOW + 5 * MINUTE  # an occurrence of the rule whose job does not exist
+    await api.store.schedules.put(stored.evolve(next_run_at=orphan))
+    got = expect(await api.request("POST", f"{URL}/skip-next"), 200)
+    assert got["next_run_at"] == orphan + MINUTE, got
+    assert await job_state(api, f"tick:{orphan + MINUTE}") == "pending"
+    expect(await api.request("GET", f"/v1/jobs/orders/tick:{orphan}"), 404)

@@ -9,9 +9,12 @@ from typing import Any
 from tests.unit.access_harness import IN, OUT, bearer, secret_of, seeded
 from tests.unit.api_harness import NOW, Api, expect
 from timer_service.access import Role
+from timer_service.canary import Canary
 from timer_service.constants import CANARY_BIZ_TYPE
-from timer_service.dispatch import HeldBiz, LeaseState
+from timer_service.dispatch import HeldBiz, LeaseState, Outcome, OutcomeKind, SendRef
+from timer_service.model import Attempt, second_of
 from timer_service.partitions import lease_name
+from timer_service.registration import Registrar
 from timer_service.servers import CanaryState, canary_view, daemons_view
 
 
@@ -59,6 +62,7 @@ async def test_daemons_brokers_and_canary_as_stored(make_api: Callable[..., Any]
         "interval_ms": 10_000,
         "last_success_at": NOW - 2_000,
         "age_ms": 4_000,
+        "lookback_ms": 60_000,
         "alive": True,
     }
 
@@ -103,3 +107,35 @@ def test_leases_that_are_not_partitions_are_left_out() -> None:
     got = daemons_view(leases, 1, NOW)
     assert got["unowned"] == [0], "a lease expiring now has lapsed"
     assert [p["partition"] for p in got["items"][0]["partitions"]] == [0]
+
+
+async def test_a_canary_another_replica_received_is_read_from_the_store(
+    make_api: Callable[..., Any],
+) -> None:
+    """This replica's gauge never moved: the delivered canary attempt in the store tells."""
+    api: Api = await make_api(canary_interval_ms=10_000)
+    canary = Canary(
+        api.store.biz_types,
+        Registrar(api.store.jobs, api.metrics),
+        api.clock,
+        interval_ms=10_000,
+        callback_url="http://other-replica/canary",
+    )
+    await canary.ensure_biz_type()
+    job = (await canary.create_next()).job
+    [claimed] = await api.store.scan.claim_due(
+        second_of(job.due_at), job.due_at, "c", 1, job.due_at
+    )
+    ref = SendRef(claimed.biz_type, claimed.job_id, claimed.second, claimed.claim)
+    arrived = job.due_at + 8
+    done = Outcome(ref, OutcomeKind.DELIVERED, Attempt(1, arrived, 204, None, 2))
+    await api.store.outcomes.record_outcomes([done], arrived)
+    api.clock.set(arrived + 5_000)
+    assert api.metrics.canary_last_success_s() is None
+    canary_now = expect(await api.request("GET", "/v1/servers"), 200)["canary"]
+    assert (canary_now["last_success_at"], canary_now["age_ms"]) == (arrived, 5_000), canary_now
+    assert canary_now["alive"], canary_now
+
+    api.clock.set(arrived + 61_000)  # past the store's lookback: not seen, not alive
+    later = expect(await api.request("GET", "/v1/servers"), 200)["canary"]
+    assert later["last_success_at"] is None and not later["alive"], later

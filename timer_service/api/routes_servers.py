@@ -17,17 +17,28 @@ from timer_service.constants import CANARY_BIZ_TYPE
 from timer_service.partitions import DAEMON_LEASE_PREFIX
 from timer_service.servers import CanaryState, brokers_view, canary_view, daemons_view
 
-CANARY_LOOKBACK_MS = 3_600_000  # how far back the store is asked for a canary arrival
+# How far back the store is searched for a canary arrival: past three intervals (when
+# the alert fires), and short, as the read goes through the index of every biz type's
+# attempts (`history.at`): at the default 10 s interval, the last minute.
+CANARY_LOOKBACK_INTERVALS = 6
+MIN_CANARY_LOOKBACK_MS = 60_000
+
+
+def canary_lookback_ms(interval_ms: int) -> int:
+    return max(MIN_CANARY_LOOKBACK_MS, CANARY_LOOKBACK_INTERVALS * interval_ms)
+
 
 router = APIRouter(prefix="/v1", tags=["console"], responses=problems(401, 500))
 
 
 async def canary_last_success(ctx: ApiContext, now_ms: int) -> int | None:
     """The later of this replica's gauge and the store's last delivered canary attempt
-    (any replica's: the callback reaches one replica only)."""
-    if ctx.settings.canary_interval_ms == 0:
+    within the lookback (any replica's: the callback reaches one replica only)."""
+    interval = ctx.settings.canary_interval_ms
+    if interval == 0:
         return None
-    attempts = await ctx.store.console.recent_attempts(now_ms - CANARY_LOOKBACK_MS, CANARY_BIZ_TYPE)
+    since = now_ms - canary_lookback_ms(interval)
+    attempts = await ctx.store.console.recent_attempts(since, CANARY_BIZ_TYPE)
     seen = [a.attempt.at for a in attempts if a.attempt.error is None]
     gauge_s = ctx.metrics.canary_last_success_s()
     if gauge_s is not None:
@@ -58,6 +69,13 @@ async def servers(ctx: Context, grant: GrantDep) -> Response:
             "at": now,
             "daemons": daemons_view(leases, ctx.settings.partitions, now),
             "brokers": brokers_view(beats, grant.covers, now),
-            "canary": canary_view(CanaryState(ctx.settings.canary_interval_ms, last_canary), now),
+            "canary": canary_view(
+                CanaryState(
+                    ctx.settings.canary_interval_ms,
+                    last_canary,
+                    canary_lookback_ms(ctx.settings.canary_interval_ms),
+                ),
+                now,
+            ),
         }
     )

@@ -46,6 +46,12 @@ class CanaryOut(BaseModel):
     interval_ms: int
     last_success_at: int | None = Field(description="Epoch ms of the last canary arrival.")
     age_ms: int | None
+    lookback_ms: int | None = Field(
+        description=(
+            "How far back the store was searched for a canary: an older arrival shows only"
+            " if this replica received it (null when off)."
+        )
+    )
     alive: bool = Field(description="A canary arrived within the last three intervals.")
 
 

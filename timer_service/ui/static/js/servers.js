@@ -37,7 +37,7 @@ export function canaryBox(canary) {
       "span",
       {},
       canary.last_success_at === null
-        ? " — no canary has arrived yet"
+        ? ` — none in the last ${fmtAge(canary.lookback_ms)} (as far as the store is searched)`
         : ` — last canary ${fmtAge(canary.age_ms)} ago (${fmtTime(canary.last_success_at)}), one every ${fmtAge(canary.interval_ms)}`,
     ),
   );
