@@ -139,3 +139,11 @@ async def test_a_canary_another_replica_received_is_read_from_the_store(
     api.clock.set(arrived + 61_000)  # past the store's lookback: not seen, not alive
     later = expect(await api.request("GET", "/v1/servers"), 200)["canary"]
     assert later["last_success_at"] is None and not later["alive"], later
+
+
+async def test_a_broker_whose_beat_lapsed_is_shown_lapsed(make_api: Callable[..., Any]) -> None:
+    api: Api = await make_api()
+    await api.store.brokers.broker_heartbeat("broker-1", [], NOW, 3_000, consuming=["orders"])
+    api.clock.advance(3_500)
+    [broker] = expect(await api.request("GET", "/v1/servers"), 200)["brokers"]
+    assert (broker["lapsed"], broker["left_ms"], broker["held"]) == (True, -500, []), broker
