@@ -26,6 +26,8 @@ class AuditAction(StrEnum):
     BIZ_TYPE_ROTATE_SECRET = "biz_type.rotate_secret"
     SCHEDULE_PUT = "schedule.put"
     SCHEDULE_DELETE = "schedule.delete"
+    SCHEDULE_RUN_NOW = "schedule.run_now"
+    SCHEDULE_SKIP_NEXT = "schedule.skip_next"
     TOKEN_CREATE = "token.create"
     TOKEN_DELETE = "token.delete"
 

@@ -169,6 +169,11 @@ class Metrics:
         self._m["timer_canary_lateness_seconds"].observe(max(0.0, lateness_s))
         self._m["timer_canary_last_success_timestamp_seconds"].set(at_s)
 
+    def canary_last_success_s(self) -> float | None:
+        """When this process last saw a canary arrive (epoch seconds); None if never."""
+        value = self.registry.get_sample_value("timer_canary_last_success_timestamp_seconds")
+        return value or None  # 0 until the first; absent where the API's metrics are not
+
     def _of(self, name: str, biz_type: str, *labels: str) -> Any:
         """The series of `biz_type` (and `labels`) of metric `name`; none for a reserved
         biz type."""

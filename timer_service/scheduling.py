@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from timer_service.clock import Clock
 from timer_service.dispatch import Claimed
 from timer_service.errors import Conflict, InvalidInput, NotFound
-from timer_service.jobs import CreateStatus, NewJob
+from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import JobState, same_payload
 from timer_service.registration import Registrar
@@ -127,6 +127,49 @@ class Scheduler:
             now = self.clock.now_ms()
             await self._cancel_pending(biz_type, removed.job_id(removed.next_run_at), now)
         return True
+
+    async def run_now(self, biz_type: str, schedule_id: str) -> CreateResult:
+        """An extra occurrence due now, with the schedule's payload (paused or not): the
+        job `{schedule_id}:{now}`. It leaves the next occurrence, `runs` and `max_runs`
+        as they are: `on_dispatched` advances a schedule only past its `next_run_at`."""
+        schedule = await self._existing(biz_type, schedule_id)
+        now = self.clock.now_ms()
+        new = NewJob(biz_type, schedule.job_id(now), now, schedule.spec.payload_json)
+        [result] = await self.registrar.register([new], now)
+        if isinstance(result, InvalidInput):  # the biz type was deleted under the schedule
+            raise Conflict(f"no job made: {result}")
+        return result
+
+    async def skip_next(self, biz_type: str, schedule_id: str) -> tuple[int, Schedule]:
+        """Cancel the next occurrence's job while it waits and go on with the one after
+        (`_ensure_next` steps over an occurrence whose job is cancelled). Conflict when
+        there is none (paused, over) or it is already on its way. Returns the occurrence
+        skipped and the schedule as it is now."""
+        schedule = await self._existing(biz_type, schedule_id)
+        occ = schedule.next_run_at
+        if occ is None:
+            raise Conflict("The schedule has no next occurrence to skip (paused or over).")
+        now = self.clock.now_ms()
+        job = await self.jobs.get_job(biz_type, schedule.job_id(occ))
+        if job is not None and job.state is JobState.PENDING:
+            try:
+                await self.jobs.cancel_job(biz_type, job.job_id, now)
+            except (NotFound, Conflict):
+                job = await self.jobs.get_job(biz_type, job.job_id)
+        if job is not None and job.state not in (JobState.PENDING, JobState.CANCELLED):
+            raise Conflict(f"The next occurrence ({job.job_id}) is already {job.state.value}.")
+        if job is None:  # its create is pending (a crash between advance and create)
+            schedule = schedule.evolve(
+                next_run_at=next_occurrence(schedule.spec, schedule.anchor_at, occ, schedule.runs)
+            )
+            await self.schedules.put(schedule)
+        return occ, await self._ensure_next(await self._existing(biz_type, schedule_id), now)
+
+    async def _existing(self, biz_type: str, schedule_id: str) -> Schedule:
+        schedule = await self.schedules.get(schedule_key(biz_type, schedule_id))
+        if schedule is None:
+            raise NotFound(f"No schedule {schedule_id!r} of biz type {biz_type!r}.")
+        return schedule
 
     # -- daemon ----------------------------------------------------------------------------
     async def on_dispatched(self, claimed: Sequence[Claimed]) -> None:

@@ -100,6 +100,9 @@ def blocking(timers: TimerClient) -> None:
     timers.put_schedule("orders", "every-minute", intervals_ms=[60_000], cycle=True, start_at=DUE)
     same: Schedule = timers.get_schedule("orders", "nightly")
     schedules: list[Schedule] = timers.list_schedules("orders")
+    extra: Job = timers.run_schedule_now("orders", "nightly")
+    skipped: Schedule = timers.skip_next_occurrence("orders", "nightly")
+    print(extra, skipped)
     timers.delete_schedule("orders", "nightly")
     print(schedule, same, schedules)
 
@@ -147,6 +150,8 @@ async def non_blocking(timers: AsyncTimerClient) -> None:
 
     await timers.put_schedule("orders", "n", cron="* * * * *", payload={"kind": "tick"})
     await timers.get_schedule("orders", "n")
+    await timers.run_schedule_now("orders", "n")
+    await timers.skip_next_occurrence("orders", "n")
     await timers.list_schedules()
     await timers.delete_schedule("orders", "n")
 

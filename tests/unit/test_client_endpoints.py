@@ -166,6 +166,10 @@ CASES = [
          SCHEDULE, Schedule(**SCHEDULE)),
     Case("delete_schedule", ("orders", "nightly"), {}, "DELETE",
          "/v1/schedules/orders/nightly", None, None, status=204),
+    Case("run_schedule_now", ("orders", "nightly"), {}, "POST",
+         "/v1/schedules/orders/nightly/run-now", job_doc(), Job(**job_doc()), status=201),
+    Case("skip_next_occurrence", ("orders", "nightly"), {}, "POST",
+         "/v1/schedules/orders/nightly/skip-next", SCHEDULE, Schedule(**SCHEDULE)),
     Case("list_schedules", ("orders",), {}, "GET", "/v1/schedules", {"items": [SCHEDULE]},
          [Schedule(**SCHEDULE)], query={"biz_type": ["orders"]}),
     # Stats, audit, calendar

@@ -154,3 +154,19 @@ def test_the_job_view_says_why_a_late_job_is_late_in_the_domains_terms() -> None
     assert 'testid: "job-why-late"' in script and "if (!job.lateness) return null" in script
     css = (CONSOLE_DIR / "app.css").read_text()
     assert re.search(r"\.why-late\s*\{", css), "the line has no style"
+
+
+def test_no_script_sets_an_inline_style_the_csp_would_refuse() -> None:
+    """style-src 'self' refuses style attributes: charts colour their SVG by class, and
+    every class a series names has a rule in app.css."""
+    scripts = {p.name: p.read_text() for p in (CONSOLE_DIR / "js").glob("*.js")}
+    offenders = [
+        name for name, text in scripts.items() if re.search(r"\.style\b|[\"']style[\"']", text)
+    ]
+    assert offenders == [], f"inline style set in {offenders}"
+    css = (CONSOLE_DIR / "app.css").read_text()
+    series_classes = set(re.findall(r'cls: "([\w-]+)"', scripts["series.js"]))
+    assert series_classes, "series.js names no series class"
+    for css_class in series_classes:
+        assert re.search(rf"\.{css_class}\s*\{{", css), f".{css_class} has no rule"
+    assert "createElementNS" in scripts["charts.js"], "charts are not SVG built in place"

@@ -19,6 +19,7 @@ from timer_service.api import (
     routes_jobs,
     routes_problems,
     routes_schedules,
+    routes_servers,
     routes_tokens,
 )
 from timer_service.api.access import check_declared
@@ -129,6 +130,7 @@ def create_app(
         routes_jobs.router,
         routes_schedules.router,
         routes_console.router,
+        routes_servers.router,
         routes_tokens.router,
         routes_health.router,
         routes_canary.router,

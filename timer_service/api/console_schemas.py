@@ -101,3 +101,22 @@ class BizStatsOut(BaseModel):
 class StatsOut(BaseModel):
     at: int
     items: list[BizStatsOut]
+
+
+class SeriesPointOut(BaseModel):
+    at: int = Field(description="The minute's start (epoch ms); it covers [at, at + step_ms).")
+    delivered: int = Field(description="Attempts that delivered in this minute.")
+    failed: int = Field(description="Attempts that ended retry or dead in this minute.")
+    lateness_p50_ms: int | None = Field(
+        description="p50 of first-attempt send time - due time of this minute; null if none."
+    )
+    lateness_p99_ms: int | None
+
+
+class SeriesOut(BaseModel):
+    biz_type: str
+    at: int
+    from_: int = Field(alias="from", description="The first minute's start (epoch ms).")
+    to: int = Field(description="The end of the last minute, which is still filling.")
+    step_ms: int
+    points: list[SeriesPointOut]

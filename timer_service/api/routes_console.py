@@ -12,7 +12,14 @@ from fastapi.responses import JSONResponse, Response
 from timer_service.access import Role
 from timer_service.api.access import GrantDep, check_biz_type, grant_of, requires
 from timer_service.api.bodies import read_json, validate
-from timer_service.api.console_schemas import AuditPageOut, BizStatsOut, BulkIn, BulkOut, StatsOut
+from timer_service.api.console_schemas import (
+    AuditPageOut,
+    BizStatsOut,
+    BulkIn,
+    BulkOut,
+    SeriesOut,
+    StatsOut,
+)
 from timer_service.api.context import ApiContext, Context, SchedulerDep
 from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
@@ -23,6 +30,7 @@ from timer_service.errors import InvalidInput
 from timer_service.model import BizType, JobState, business_biz_types, labels_of
 from timer_service.scheduling import Scheduler
 from timer_service.search import BulkAction, JobFilter
+from timer_service.series import minute_series, series_start
 from timer_service.stats import LATENESS_WINDOW_MS, biz_stats
 
 log = logging.getLogger(__name__)
@@ -188,3 +196,23 @@ async def biz_type_stats(ctx: Context, biz_type: BizTypePath) -> Response:
         raise Problem(404, f"No biz type {biz_type!r}.")
     [item] = await stats_of(ctx, [biz], biz_type)
     return JSONResponse(item)
+
+
+@router.get(
+    "/biz-types/{biz_type}/series",
+    summary="One biz type's last hour, per minute: delivered, failed, lateness p50 / p99",
+    description=(
+        "Sixty one-minute points, aligned to the minute, the last one still filling; from"
+        " the attempts the store keeps on each job (all of them, while the job is retained)."
+        " Lateness is of first attempts of jobs registered at or before their due time."
+    ),
+    response_model=SeriesOut,
+    responses=problems(404, 422),
+    dependencies=[requires(Role.VIEWER, "path")],
+)
+async def biz_type_series(ctx: Context, biz_type: BizTypePath) -> Response:
+    if await ctx.store.biz_types.get_biz_type(biz_type) is None:
+        raise Problem(404, f"No biz type {biz_type!r}.")
+    now = ctx.clock.now_ms()
+    attempts = await ctx.store.console.recent_attempts(series_start(now), biz_type)
+    return JSONResponse({"biz_type": biz_type, "at": now, **minute_series(attempts, now)})

@@ -14,10 +14,12 @@ from timer_service.api.bodies import BODY, encode_checked, invalid, read_json, v
 from timer_service.api.context import Context, SchedulerDep
 from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
-from timer_service.api.schemas import ScheduleIn
+from timer_service.api.schemas import JobOut, ScheduleIn
 from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN, JOB_ID_PATTERN, MIN_CYCLE_INTERVAL_MS
 from timer_service.errors import InvalidInput
+from timer_service.jobs import CreateStatus
+from timer_service.model import second_of
 from timer_service.schedules import Catchup, ScheduleSpec, check_schedule_id
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
@@ -183,3 +185,61 @@ async def delete_schedule(
     detail = {"schedule_id": schedule_id}
     await ctx.audit(request, AuditAction.SCHEDULE_DELETE, biz_type, detail=detail)
     return Response(status_code=204)
+
+
+@router.post(
+    "/schedules/{biz_type}/{schedule_id}/run-now",
+    summary="Run a schedule now: one extra occurrence due now",
+    description=(
+        "Creates the job `{schedule_id}:{now ms}` with the schedule's payload, due now,"
+        " paused schedule or not. The next occurrence, `runs` and `max_runs` are left as"
+        " they are. 201 with the job (200 if a run-now of the same millisecond made it)."
+        " Recorded in the audit log."
+    ),
+    status_code=201,
+    response_model=JobOut,
+    responses=problems(404, 409, 422),
+    dependencies=[requires(Role.PRODUCER, "path")],
+)
+async def run_schedule_now(
+    ctx: Context,
+    scheduler: SchedulerDep,
+    biz_type: BizTypePath,
+    schedule_id: ScheduleIdPath,
+    request: Request,
+) -> Response:
+    result = await scheduler.run_now(biz_type, schedule_id)
+    created = result.status is CreateStatus.CREATED
+    if created:
+        ctx.jobs_written([second_of(result.job.due_at)])
+    detail = {"schedule_id": schedule_id, "job_id": result.job.job_id}
+    await ctx.audit(
+        request, AuditAction.SCHEDULE_RUN_NOW, biz_type, job_id=result.job.job_id, detail=detail
+    )
+    return JSONResponse(result.job.to_public(), 201 if created else 200)
+
+
+@router.post(
+    "/schedules/{biz_type}/{schedule_id}/skip-next",
+    summary="Skip a schedule's next occurrence",
+    description=(
+        "Cancels the next occurrence's job while it waits and moves `next_run_at` to the"
+        " occurrence after it (not counted in `runs`). 409 when the schedule has no next"
+        " occurrence (paused or over) or its job is already dispatched. Recorded in the"
+        " audit log with the skipped occurrence."
+    ),
+    response_model=ScheduleOut,
+    responses=problems(404, 409, 422),
+    dependencies=[requires(Role.PRODUCER, "path")],
+)
+async def skip_next_occurrence(
+    ctx: Context,
+    scheduler: SchedulerDep,
+    biz_type: BizTypePath,
+    schedule_id: ScheduleIdPath,
+    request: Request,
+) -> Response:
+    skipped, schedule = await scheduler.skip_next(biz_type, schedule_id)
+    detail = {"schedule_id": schedule_id, "skipped": skipped, "next_run_at": schedule.next_run_at}
+    await ctx.audit(request, AuditAction.SCHEDULE_SKIP_NEXT, biz_type, detail=detail)
+    return JSONResponse(schedule.to_public())

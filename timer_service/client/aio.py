@@ -326,6 +326,14 @@ class AsyncTimerClient:
     async def delete_schedule(self, biz_type: str, schedule_id: str) -> None:
         await self._run(Calls.delete_schedule(biz_type, schedule_id))
 
+    async def run_schedule_now(self, biz_type: str, schedule_id: str) -> Job:
+        """One extra occurrence due now; the next one stays as it was."""
+        return await self._run(Calls.run_schedule_now(biz_type, schedule_id))
+
+    async def skip_next_occurrence(self, biz_type: str, schedule_id: str) -> Schedule:
+        """Cancel the next occurrence (409 once dispatched); the schedule as it is now."""
+        return await self._run(Calls.skip_next_occurrence(biz_type, schedule_id))
+
     async def list_schedules(self, biz_type: str | None = None) -> list[Schedule]:
         return await self._run(Calls.list_schedules(biz_type))
 

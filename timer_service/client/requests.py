@@ -267,6 +267,16 @@ class Calls:
         return Call("DELETE", path, _nothing, gone_is_done=True)
 
     @staticmethod
+    def run_schedule_now(biz_type: str, schedule_id: str) -> Call[Job]:
+        path = _path("schedules", biz_type, schedule_id, "run-now")
+        return Call("POST", path, _one(Job), idempotent=False)  # a retry runs it again
+
+    @staticmethod
+    def skip_next_occurrence(biz_type: str, schedule_id: str) -> Call[Schedule]:
+        path = _path("schedules", biz_type, schedule_id, "skip-next")
+        return Call("POST", path, _one(Schedule), idempotent=False)  # a retry skips another
+
+    @staticmethod
     def list_schedules(biz_type: str | None) -> Call[list[Schedule]]:
         params = _params(biz_type=biz_type)
         return Call("GET", _path("schedules"), _items(Schedule), params=params)

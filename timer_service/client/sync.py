@@ -321,6 +321,14 @@ class TimerClient:
     def delete_schedule(self, biz_type: str, schedule_id: str) -> None:
         self._run(Calls.delete_schedule(biz_type, schedule_id))
 
+    def run_schedule_now(self, biz_type: str, schedule_id: str) -> Job:
+        """One extra occurrence due now; the next one stays as it was."""
+        return self._run(Calls.run_schedule_now(biz_type, schedule_id))
+
+    def skip_next_occurrence(self, biz_type: str, schedule_id: str) -> Schedule:
+        """Cancel the next occurrence (409 once dispatched); the schedule as it is now."""
+        return self._run(Calls.skip_next_occurrence(biz_type, schedule_id))
+
     def list_schedules(self, biz_type: str | None = None) -> list[Schedule]:
         return self._run(Calls.list_schedules(biz_type))
 

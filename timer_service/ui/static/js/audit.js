@@ -18,6 +18,8 @@ const ACTIONS = [
   "biz_type.rotate_secret",
   "schedule.put",
   "schedule.delete",
+  "schedule.run_now",
+  "schedule.skip_next",
   "token.create",
   "token.delete",
 ];

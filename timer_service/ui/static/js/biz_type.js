@@ -6,6 +6,9 @@ import { configForm, createBizType, saveBizType, setPaused } from "./biz_config.
 import { deadLettersSection, searchSection } from "./biz_jobs.js";
 import { fmtCount, fmtTime, h, replaceChildren, showError } from "./dom.js";
 import { rateLimitText } from "./overview.js";
+import { seriesPanel } from "./series.js";
+
+const SERIES_POLL_MS = 10_000; // a minute's point moves slowly; the read is the hour's
 
 function stat(label, field) {
   const value = h("strong", { "data-field": field }, "—");
@@ -59,6 +62,7 @@ export async function bizTypeView(main, [name], life) {
   const summary = h("p", { class: "muted", testid: "biz-summary" });
   const formSlot = h("div", {});
   const stats = statsPanel();
+  const series = seriesPanel(name);
 
   const show = (saved) => {
     config = saved;
@@ -96,6 +100,7 @@ export async function bizTypeView(main, [name], life) {
     ),
     summary,
     stats.node,
+    series.node,
     h("details", { class: "panel", testid: "config-panel" }, h("summary", {}, "Config"), formSlot),
     deadLetters.node,
     search.node,
@@ -112,6 +117,7 @@ export async function bizTypeView(main, [name], life) {
       failing = true;
     }
   });
+  life.poll(() => series.reload(), SERIES_POLL_MS); // its errors show in the stats' banner
 }
 
 export async function newBizTypeView(main) {

@@ -7,6 +7,7 @@ import { clearError, h, replaceChildren } from "./dom.js";
 import { jobView } from "./job.js";
 import { overviewView } from "./overview.js";
 import { schedulesView } from "./schedules.js";
+import { serversView } from "./servers.js";
 import { whoami } from "./whoami.js";
 
 export const POLL_INTERVAL_MS = 3000;
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^#\/job(?:\/([^/]+)\/([^/]+))?$/, jobView, "job"],
   [/^#\/schedules$/, schedulesView, "schedules"],
   [/^#\/audit$/, auditView, "audit"],
+  [/^#\/servers$/, serversView, "servers"],
 ];
 
 // What a view may start that must stop when it is left.
