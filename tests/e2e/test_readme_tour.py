@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import Stack, dev_stack
@@ -95,6 +96,16 @@ class Tour:
                 )
             time.sleep(0.1)
 
+    def wait_delivered(self, biz_type: str, job_ids: list[str], timeout_s: float = 10) -> None:
+        """A reader's pause: the receiver prints a callback as it answers, and the notifier
+        records the outcome a few milliseconds later (docs/architecture.md)."""
+        deadline = time.monotonic() + timeout_s
+        for job_id in job_ids:
+            url = f"{self.stack.api_url}/v1/jobs/{biz_type}/{job_id}"
+            while (state := httpx.get(url, timeout=5).json()["state"]) != "delivered":
+                assert time.monotonic() < deadline, f"{biz_type}/{job_id} still {state}"
+                time.sleep(0.05)
+
 
 def check_receiver(tour: Tour, out: str) -> None:
     tour.wait_printed({"receiving callbacks on"})
@@ -111,6 +122,7 @@ def check_jobs(tour: Tour, out: str) -> None:
     assert (to_cancel["job_id"], to_cancel["state"]) == ("order-43", "pending"), to_cancel
     assert (cancelled["job_id"], cancelled["state"]) == ("order-43", "cancelled"), cancelled
     tour.wait_printed({"callback demo/order-42 attempt 1 "})
+    tour.wait_delivered("demo", ["order-42"])
 
 
 def check_job_and_metrics(tour: Tour, out: str) -> None:
@@ -136,6 +148,7 @@ def check_bulk_replay(tour: Tour, out: str) -> None:
     assert (dry_run["matched"], dry_run["changed"]) == (3, 0), dry_run
     assert sum(p["changed"] for p in pages) == 3 and pages[-1]["next_cursor"] is None, pages
     tour.wait_printed({f"callback shop/cart-{n} attempt 2 " for n in (1, 2, 3)})
+    tour.wait_delivered("shop", ["cart-1", "cart-2", "cart-3"])
 
 
 def check_audit_and_stats(tour: Tour, out: str) -> None:
