@@ -279,3 +279,16 @@ async def test_put_still_replaces_the_whole_config(signed: Api) -> None:
     body = expect(await signed.put_biz(**CALLBACK, paused=True), 200)
 
     assert (body["has_signing_secret"], body["rate_limit_per_s"]) == (False, None), body
+
+
+async def test_a_patch_or_a_put_answers_the_biz_types_creation_time(signed: Api) -> None:
+    """The answer is the stored config: a replacement keeps `created_at`, as the store
+    does (a PATCH answered `created_at` equal to `updated_at`, a GET the right one)."""
+    created = (await stored(signed)).created_at
+    signed.clock.advance(5_000)
+    body = expect(await patch(signed, {"paused": True}), 200)
+    assert body["created_at"] == created < body["updated_at"], body
+    signed.clock.advance(5_000)
+    body = expect(await signed.put_biz(**LIMITED), 200)
+    assert body["created_at"] == created < body["updated_at"], body
+    assert expect(await signed.request("GET", BIZ), 200)["created_at"] == created

@@ -55,7 +55,7 @@ def biz_from_config(
         paused=config.paused,
         registration_rate_per_s=config.registration_rate_per_s,
         registration_burst=registration_burst(config),
-        created_at=now_ms,
+        created_at=now_ms if existing is None else existing.created_at,
         updated_at=version_at,
     )
     return biz if existing is None else existing.replaced_by(biz, now_ms)
