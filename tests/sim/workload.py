@@ -22,6 +22,7 @@ BIZ_TYPES: dict[str, dict[str, Any]] = {
 }
 RETRY = {"max_attempts": 5, "initial_backoff_ms": 500, "max_backoff_ms": 2000, "multiplier": 2}
 TIMEOUT_MS = 1000
+HERD = 15
 
 
 def biz_body(biz_type: str) -> dict[str, Any]:
@@ -77,8 +78,10 @@ class Workload:
             roll = self.rng.random()
             if roll < 0.45:
                 made += await self._create()
-            elif roll < 0.6:
+            elif roll < 0.56:
                 made += await self._batch()
+            elif roll < 0.6:
+                made += await self._herd()
             elif roll < 0.7:
                 await self._repeat()
             elif roll < 0.82:
@@ -96,7 +99,19 @@ class Workload:
         return 1
 
     async def _batch(self) -> int:
-        jobs = [self._new_job() for _ in range(self.rng.randint(2, 5))]
+        return await self._post_batch([self._new_job() for _ in range(self.rng.randint(2, 5))])
+
+    async def _herd(self) -> int:
+        """Many `orders` jobs due at one moment: the rate limit binds for seconds, across
+        whatever crash or handover the faults bring meanwhile."""
+        due_at = self.cluster.clock.now_ms() + self.rng.choice((0, 1000, 3000))
+        jobs = []
+        for _ in range(HERD):
+            self._ids += 1
+            jobs.append({"biz_type": "orders", "job_id": f"j{self._ids}", "due_at": due_at})
+        return await self._post_batch(jobs)
+
+    async def _post_batch(self, jobs: list[dict[str, Any]]) -> int:
         call = await self.cluster.call("POST", "/v1/jobs:batch", {"jobs": jobs})
         if call.status == 200:
             for body, result in zip(jobs, call.answer["results"], strict=True):
