@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,7 +39,6 @@ from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.store.memory import MemoryStore
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BUCKETS = 60
@@ -299,6 +297,3 @@ class Cluster:
 
     async def run_for(self, ms: int) -> None:
         await self.clock.run_for(ms)
-
-    async def run_until(self, done: Callable[[], bool], within_ms: int) -> bool:
-        return await self.clock.run_until(done, within_ms)
