@@ -1,0 +1,167 @@
+"""What the businesses ask of the service during a run, drawn from the seed: creates
+(single, batch, and identical repeats, as a client's safe retry), cancels close to the
+due moment, reschedules, replays of dead jobs, a biz type paused and resumed.
+
+Each business is a task of its own in the "world" process, so that its requests
+interleave with the service's work and with each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from tests.sim.cluster import Cluster
+
+# Biz types whose limits never change in a run: the checker holds their callbacks to
+# the rate limit. `coupons` is paused and resumed.
+BIZ_TYPES: dict[str, dict[str, Any]] = {
+    "orders": {"rate_limit_per_s": 4.0, "burst": 3},
+    "coupons": {"rate_limit_per_s": None, "burst": 1},
+}
+RETRY = {"max_attempts": 5, "initial_backoff_ms": 500, "max_backoff_ms": 2000, "multiplier": 2}
+TIMEOUT_MS = 1000
+HERD = 15
+
+
+def biz_body(biz_type: str) -> dict[str, Any]:
+    limits = BIZ_TYPES[biz_type]
+    return {
+        "callback_url": f"http://{biz_type}.example/cb",
+        "rate_limit_per_s": limits["rate_limit_per_s"],
+        "burst": limits["burst"],
+        "timeout_ms": TIMEOUT_MS,
+        "retry": RETRY,
+    }
+
+
+class Workload:
+    def __init__(self, cluster: Cluster, seed: int, *, duration_ms: int, jobs: int) -> None:
+        self.cluster = cluster
+        self.rng = random.Random(f"workload/{seed}")
+        self.duration_ms = duration_ms
+        self.jobs = jobs
+        self.created: dict[tuple[str, str], dict[str, Any]] = {}  # identity -> create body
+        self._ids = 0
+
+    async def setup(self) -> None:
+        for biz_type in BIZ_TYPES:
+            while (
+                await self.cluster.call("PUT", f"/v1/biz-types/{biz_type}", biz_body(biz_type))
+            ).status not in (200, 201):
+                await self.cluster.clock.sleep(0.5)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self._client(i)) for i in range(3)]
+        tasks.append(asyncio.create_task(self._pauses()))
+        await asyncio.gather(*tasks)
+
+    def _new_job(self) -> dict[str, Any]:
+        self._ids += 1
+        biz_type = self.rng.choice(sorted(BIZ_TYPES))
+        due_at = self.cluster.clock.now_ms() + self.rng.choice((0, 50, 500, 2000, 5000, 12_000))
+        return {
+            "biz_type": biz_type,
+            "job_id": f"j{self._ids}",
+            "due_at": due_at,
+            "payload": self._ids,
+        }
+
+    async def _client(self, n: int) -> None:
+        clock = self.cluster.clock
+        end_ms = clock.now_ms() + self.duration_ms
+        share = self.jobs // 3
+        made = 0
+        while clock.now_ms() < end_ms and made < share:
+            await clock.sleep(self.rng.uniform(0, 2 * self.duration_ms / max(share, 1)) / 1000)
+            roll = self.rng.random()
+            if roll < 0.45:
+                made += await self._create()
+            elif roll < 0.56:
+                made += await self._batch()
+            elif roll < 0.6:
+                made += await self._herd()
+            elif roll < 0.7:
+                await self._repeat()
+            elif roll < 0.82:
+                await self._cancel()
+            elif roll < 0.92:
+                await self._reschedule()
+            else:
+                await self._replay()
+
+    async def _create(self) -> int:
+        body = self._new_job()
+        call = await self.cluster.call("POST", "/v1/jobs", body)
+        if call.status in (200, 201):
+            self.created[(body["biz_type"], body["job_id"])] = body
+        return 1
+
+    async def _batch(self) -> int:
+        return await self._post_batch([self._new_job() for _ in range(self.rng.randint(2, 5))])
+
+    async def _herd(self) -> int:
+        """Many `orders` jobs due at one moment: the rate limit binds for seconds, across
+        whatever crash or handover the faults bring meanwhile."""
+        due_at = self.cluster.clock.now_ms() + self.rng.choice((0, 1000, 3000))
+        jobs = []
+        for _ in range(HERD):
+            self._ids += 1
+            jobs.append({"biz_type": "orders", "job_id": f"j{self._ids}", "due_at": due_at})
+        return await self._post_batch(jobs)
+
+    async def _post_batch(self, jobs: list[dict[str, Any]]) -> int:
+        call = await self.cluster.call("POST", "/v1/jobs:batch", {"jobs": jobs})
+        if call.status == 200:
+            for body, result in zip(jobs, call.answer["results"], strict=True):
+                if result["status"] in (200, 201):
+                    self.created[(body["biz_type"], body["job_id"])] = body
+        return len(jobs)
+
+    async def _repeat(self) -> None:
+        if self.created:
+            body = self.created[self.rng.choice(sorted(self.created))]
+            await self.cluster.call("POST", "/v1/jobs", body)
+
+    def _near_due(self) -> tuple[str, str] | None:
+        now = self.cluster.clock.now_ms()
+        soon = sorted(i for i, b in self.created.items() if 0 <= b["due_at"] - now < 1500)
+        if soon:
+            return self.rng.choice(soon)
+        return self.rng.choice(sorted(self.created)) if self.created else None
+
+    async def _cancel(self) -> None:
+        identity = self._near_due()
+        if identity is not None:
+            await self.cluster.call("DELETE", "/v1/jobs/{}/{}".format(*identity))
+
+    async def _reschedule(self) -> None:
+        identity = self._near_due()
+        if identity is None:
+            return
+        due_at = self.cluster.clock.now_ms() + self.rng.choice((0, 300, 3000))
+        call = await self.cluster.call(
+            "PATCH", "/v1/jobs/{}/{}".format(*identity), {"due_at": due_at}
+        )
+        if call.status == 200:
+            self.created[identity] = {**self.created[identity], "due_at": due_at}
+
+    async def _replay(self) -> None:
+        if self.created:
+            identity = self.rng.choice(sorted(self.created))
+            await self.cluster.call("POST", "/v1/jobs/{}/{}/replay".format(*identity))
+
+    async def _pauses(self) -> None:
+        """`coupons` paused for a while now and then; its resume is retried until it
+        is answered, so that it ends resumed and its jobs can settle."""
+        clock = self.cluster.clock
+        end_ms = clock.now_ms() + self.duration_ms
+        while clock.now_ms() < end_ms:
+            await clock.sleep(self.rng.uniform(3, 10))
+            await self.cluster.call("PATCH", "/v1/biz-types/coupons", {"paused": True})
+            await clock.sleep(self.rng.uniform(1, 4))
+            while (
+                await self.cluster.call("PATCH", "/v1/biz-types/coupons", {"paused": False})
+            ).status != 200:
+                await clock.sleep(0.5)
