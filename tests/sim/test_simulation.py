@@ -92,15 +92,13 @@ def test_a_handover_under_a_backlog_sends_no_job_twice() -> None:
     holds(simulate(1023))
 
 
-@pytest.mark.known_bug
 def test_a_reschedule_answered_503_leaves_no_job_behind_for_long() -> None:
-    """Seed 1091 (found among 100 more seeds): at least once, within the settle bound.
-    coupons/j21, due at 16.1 s, gets a reschedule to 17.9 s answered 503
-    at 14.9 s, inside a window of store command faults (errors, lost replies, delays).
-    The faults end at ~37 s; 100 s later the job is still pending, overdue, never called
-    back (with 180 s of settling it is delivered: the overdue sweep, every 60 s with a
-    10 s margin, finds it only late). A half-applied reschedule (a move between
-    buckets in the current layout) whose job the sweep does not find at its next run;
-    not one of issue 30's nine as listed (nearest: the moves of breaks 1 and 5, which
-    the "jobs never move" layout removes); not triaged further yet."""
+    """Seed 1091 (found among 100 more seeds, on the layout that moved jobs): at least
+    once, within the settle bound. coupons/j21, due at 16.1 s, got a reschedule to
+    17.9 s answered 503 at 14.9 s, inside a window of store command faults (errors,
+    lost replies, delays); 100 s after the faults ended it was still pending, overdue,
+    never called back: a half-applied move between buckets that the overdue sweep
+    found only a minute later. Jobs no longer move (a reschedule is one update of the
+    job in its home bucket, then the entry's bump), and the seed holds: kept as a
+    regression seed of that layout change."""
     holds(simulate(1091))
