@@ -20,6 +20,8 @@ from fastapi.routing import APIRoute
 
 from timer_service.access import Grant, Role
 from timer_service.api.problems import FORBIDDEN, Problem
+from timer_service.model import BizType, business_biz_types
+from timer_service.store.ports.biz_types import BizTypesPort
 
 BizFrom = Literal["path", "query", "body", "none"]
 OPEN_GRANT = Grant("anonymous", Role.ADMIN)  # the caller when the API asks for no token
@@ -98,3 +100,10 @@ def check_declared(routes: list[APIRoute], prefix: str) -> None:
 
 
 GrantDep = Annotated[Grant, Depends(grant_of)]  # the caller's grant, for handlers that filter
+
+
+async def visible_biz_types(biz_types: BizTypesPort, grant: Grant) -> list[BizType]:
+    """The biz types a listing shows this caller: a business's (never the service's own,
+    such as the canary's), within the caller's grant."""
+    business = business_biz_types(await biz_types.list_biz_types())
+    return grant.visible(business, lambda b: b.biz_type)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from timer_service.access import Role
-from timer_service.api.access import GrantDep, check_role, requires
+from timer_service.api.access import GrantDep, check_role, requires, visible_biz_types
 from timer_service.api.biz_config import biz_from_config, stored_config
 from timer_service.api.biz_versions import (
     biz_response,
@@ -33,7 +33,6 @@ from timer_service.api.schemas import (
 from timer_service.audit import AuditAction
 from timer_service.constants import BIZ_TYPE_PATTERN
 from timer_service.errors import VersionMismatch
-from timer_service.model import business_biz_types
 from timer_service.signing import generate_secret
 
 BizTypePath = Annotated[str, Path(pattern=BIZ_TYPE_PATTERN)]
@@ -198,9 +197,7 @@ async def rotate_secret(biz_type: BizTypePath, request: Request, ctx: Context) -
     dependencies=[requires(Role.VIEWER)],
 )
 async def list_biz_types(ctx: Context, grant: GrantDep) -> Response:
-    items = grant.visible(
-        business_biz_types(await ctx.store.biz_types.list_biz_types()), lambda b: b.biz_type
-    )
+    items = await visible_biz_types(ctx.store.biz_types, grant)
     now = ctx.clock.now_ms()
     return JSONResponse({"items": [biz.to_public(now) for biz in items]})
 

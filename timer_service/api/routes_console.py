@@ -10,7 +10,13 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from timer_service.access import Role
-from timer_service.api.access import GrantDep, check_biz_type, grant_of, requires
+from timer_service.api.access import (
+    GrantDep,
+    check_biz_type,
+    grant_of,
+    requires,
+    visible_biz_types,
+)
 from timer_service.api.bodies import read_json, validate
 from timer_service.api.console_schemas import (
     AuditPageOut,
@@ -27,7 +33,7 @@ from timer_service.audit import AuditAction
 from timer_service.bulk import BulkRequest, run_bulk
 from timer_service.constants import BIZ_TYPE_PATTERN, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 from timer_service.errors import InvalidInput
-from timer_service.model import BizType, JobState, business_biz_types, labels_of
+from timer_service.model import BizType, JobState, labels_of
 from timer_service.scheduling import Scheduler
 from timer_service.search import BulkAction, JobFilter
 from timer_service.series import minute_series, series_start
@@ -176,9 +182,7 @@ async def stats_of(
     dependencies=[requires(Role.VIEWER)],
 )
 async def stats(ctx: Context, grant: GrantDep) -> Response:
-    bizes = grant.visible(
-        business_biz_types(await ctx.store.biz_types.list_biz_types()), lambda b: b.biz_type
-    )
+    bizes = await visible_biz_types(ctx.store.biz_types, grant)
     at = ctx.clock.now_ms()
     return JSONResponse({"at": at, "items": await stats_of(ctx, bizes, None)})
 
