@@ -149,9 +149,9 @@ NOT_EXPORTED_BY = {
 }
 
 
+# dev exports every role's metrics on its one port: this holds for the split stack only.
+@pytest.mark.parametrize("stack", ["split"], indirect=True)
 async def test_each_process_exports_only_its_own_roles_metrics(stack: Stack) -> None:
-    if stack.kind != "split":
-        pytest.skip("dev exports every role's metrics on its one port")
     for name, service in stack.services.items():
         text = await asyncio.to_thread(service.metrics)
         exported = {family.name for family in text_string_to_metric_families(text)}
