@@ -19,6 +19,7 @@ from broker.callback import CallbackRequest, Response
 from broker.targets import GuardedResolver, literal_refusal, refusal_in
 from timer_service.callback_targets import TargetPolicy, redact
 from timer_service.clock import Clock
+from timer_service.responses import CAPTURE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024  # read (and discard) at most this much of an answer
 
@@ -82,9 +83,23 @@ class Sender:
         async with self._session.post(
             url, data=request.body, headers=request.headers, allow_redirects=False
         ) as resp:
-            # Draining a small answer lets the connection be reused.
-            await resp.content.read(MAX_RESPONSE_BYTES)
-            return Response(resp.status, resp.headers.get("Retry-After"))
+            # The first CAPTURE_BYTES are kept with the attempt (timer_service.responses);
+            # draining a small answer lets the connection be reused.
+            body = b""
+            while len(body) < CAPTURE_BYTES:
+                chunk = await resp.content.read(MAX_RESPONSE_BYTES - len(body))
+                if not chunk:
+                    break
+                body += chunk
+            if len(body) < MAX_RESPONSE_BYTES and not resp.content.at_eof():
+                await resp.content.read(MAX_RESPONSE_BYTES - len(body))
+            return Response(
+                resp.status,
+                resp.headers.get("Retry-After"),
+                headers=tuple(resp.headers.items()),
+                body=body[:CAPTURE_BYTES],
+                complete=len(body) <= CAPTURE_BYTES and resp.content.at_eof(),
+            )
 
     @property
     def is_open(self) -> bool:
