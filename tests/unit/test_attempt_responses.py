@@ -44,7 +44,11 @@ def test_a_short_text_answer_is_kept_whole_with_only_the_allowed_headers() -> No
         binary=False,
     )
     assert got.to_dict() == {
-        "headers": {"Content-Type": "application/json", "Retry-After": "30", "X-Request-Id": "req-7"},
+        "headers": {
+            "Content-Type": "application/json",
+            "Retry-After": "30",
+            "X-Request-Id": "req-7",
+        },
         "body": '{"error":"busy"}',
         "truncated": False,
         "binary": False,
@@ -111,7 +115,12 @@ def test_a_binary_body_is_noted_not_kept(headers: list[tuple[str, str]], body: b
 
 @pytest.mark.parametrize(
     "content_type",
-    ["text/html", "application/problem+json", "application/xml", "application/x-www-form-urlencoded"],
+    [
+        "text/html",
+        "application/problem+json",
+        "application/xml",
+        "application/x-www-form-urlencoded",
+    ],
 )
 def test_text_types_are_text(content_type: str) -> None:
     got = capture([("Content-Type", content_type)], b"<p>busy</p>", complete=True)
