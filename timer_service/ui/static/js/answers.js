@@ -6,10 +6,27 @@ import { h } from "./dom.js";
 
 const PREVIEW_CHARS = 60;
 
+// The member of a JSON answer that says the most in one line (a problem document's
+// detail, a common error shape's message), else the body itself.
+const TELLING_MEMBERS = ["detail", "title", "error", "message"];
+
+function telling(body) {
+  try {
+    const parsed = JSON.parse(body);
+    if (parsed && typeof parsed === "object") {
+      const found = TELLING_MEMBERS.map((k) => parsed[k]).find((v) => typeof v === "string" && v);
+      if (found) return found;
+    }
+  } catch {
+    // not JSON, or cut at 1 KiB: the text as it came
+  }
+  return body;
+}
+
 function preview(response) {
   if (response.binary) return "binary body";
   if (response.body === null || response.body === "") return "empty body";
-  const flat = response.body.replace(/\s+/g, " ").trim();
+  const flat = telling(response.body).replace(/\s+/g, " ").trim();
   return flat.length > PREVIEW_CHARS ? `${flat.slice(0, PREVIEW_CHARS)}…` : flat;
 }
 
