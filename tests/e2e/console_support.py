@@ -31,6 +31,10 @@ def chromium_path() -> str:
     raise RuntimeError("no chromium: apt-get install -y chromium (or set CHROMIUM_PATH)")
 
 
+# (callback body) -> (status, headers, body) of the answer
+AnswerFor = Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]]
+
+
 class SwitchableReceiver:
     """A callback endpoint in a thread: answers `status` (changeable at any time) and
     counts every callback by (job_id, status it answered)."""
@@ -38,10 +42,8 @@ class SwitchableReceiver:
     def __init__(self) -> None:
         self.port = free_port()
         self.status = 200
-        # An answer of its own per callback body: (status, headers, body); None: `status`.
-        self.answer_for: Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]] | None = (
-            None
-        )
+        # An answer of its own per callback body; None: `status`, empty.
+        self.answer_for: AnswerFor | None = None
         self.answered: Counter[tuple[str, int]] = Counter()
         self.bodies: dict[str, dict[str, Any]] = {}
         self.raw: dict[str, tuple[bytes, dict[str, str]]] = {}  # the last callback's bytes
