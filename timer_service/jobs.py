@@ -213,6 +213,13 @@ class Change:
         return changed
 
 
+def without_answers(job: Job) -> Job:
+    """The job as a listing shows it: its attempts without the endpoint's answers."""
+    if all(a.response is None for a in job.history):
+        return job
+    return job.evolve(history=tuple(replace(a, response=None) for a in job.history))
+
+
 def with_answers_kept(history: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
     """The history with the answers of all but its last RESPONSES_KEPT answered
     attempts let go: what a job keeps of its endpoint's answers is bounded."""

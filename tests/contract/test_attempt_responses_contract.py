@@ -9,6 +9,7 @@ from tests.contract.stores import NOW, claim_second, create, new
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.model import Attempt, JobState, second_of
 from timer_service.responses import RESPONSES_KEPT, AttemptResponse
+from timer_service.search import JobFilter
 from timer_service.store.base import Store
 
 
@@ -95,3 +96,17 @@ async def test_a_retry_s_claim_carries_no_answers(store: Store) -> None:
     assert again.job is None or again.job.history == (), again.job
     job = await store.jobs.get_job("orders", "a")
     assert job is not None and job.history[0].response == answer(1), job.history
+
+
+async def test_a_listing_carries_no_answers(store: Store) -> None:
+    # Both ways a search reads: through the locator (no state) and through the
+    # buckets' (biz_type, state, _id) index (a state given).
+    await create(store, new("a"))
+    await fail_then_deliver(store, 2)
+    for states in (None, frozenset({JobState.DELIVERED})):
+        where = JobFilter(biz_type="orders", states=states)
+        [job], _ = await store.console.search_jobs(where, 10, None)
+        assert [a.attempt for a in job.history] == [1, 2, 3], job.history
+        assert all(a.response is None for a in job.history), (states, job.history)
+    stored = await store.jobs.get_job("orders", "a")
+    assert stored is not None and stored.history[0].response == answer(1), "still stored"

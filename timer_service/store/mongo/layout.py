@@ -386,6 +386,9 @@ def history_of(doc: Doc) -> tuple[Attempt, ...]:
     return tuple(history)
 
 
+# What a listing reads (`ConsolePort.search_jobs`): the jobs without their answers.
+LISTING_PROJECTION = {"responses": 0}
+
 # What a claim reads back to publish (`jobs.claimed`): the job without its history.
 # The message carries it, so that the broker's send mark need not read it again.
 CLAIM_PROJECTION = {"history": 0, "responses": 0}
