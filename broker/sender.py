@@ -83,16 +83,16 @@ class Sender:
         async with self._session.post(
             url, data=request.body, headers=request.headers, allow_redirects=False
         ) as resp:
-            # The first CAPTURE_BYTES are kept with the attempt (timer_service.responses);
-            # draining a small answer lets the connection be reused.
-            body = b""
-            while len(body) < CAPTURE_BYTES:
-                chunk = await resp.content.read(MAX_RESPONSE_BYTES - len(body))
-                if not chunk:
+            # One read, as ever: it drains a small answer so the connection can be
+            # reused. The answer's start is kept with the attempt (timer_service.responses):
+            # what that read brought, plus whatever else has arrived, never waiting for
+            # more, so that a body slower than its status cannot turn a 2xx into a timeout.
+            body = await resp.content.read(MAX_RESPONSE_BYTES)
+            while len(body) < CAPTURE_BYTES and not resp.content.at_eof():
+                more = resp.content.read_nowait(CAPTURE_BYTES - len(body))
+                if not more:
                     break
-                body += chunk
-            if len(body) < MAX_RESPONSE_BYTES and not resp.content.at_eof():
-                await resp.content.read(MAX_RESPONSE_BYTES - len(body))
+                body += more
             return Response(
                 resp.status,
                 resp.headers.get("Retry-After"),

@@ -4,6 +4,7 @@ written with the outcome it belongs to (no store call of its own)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +24,8 @@ REQUEST = CallbackRequest(b'{"x":1}', {"Content-Type": "application/json"})
 
 @pytest.fixture
 async def endpoint() -> AsyncIterator[str]:
+    closing = asyncio.Event()
+
     async def big(request: web.Request) -> web.StreamResponse:
         # Chunked, longer than the sender ever reads: it must stop, not hang or fail.
         resp = web.StreamResponse(status=503, headers={"Content-Type": "text/plain"})
@@ -39,8 +42,17 @@ async def endpoint() -> AsyncIterator[str]:
             headers={"Content-Type": "application/json", "Retry-After": "7", "Set-Cookie": "a=b"},
         )
 
+    async def stalls(request: web.Request) -> web.StreamResponse:
+        # The status and the body's start, then nothing: the body never ends.
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        await resp.write(b"accepted, ")
+        await closing.wait()  # until the test ends
+        return resp
+
     app = web.Application()
     app.router.add_post("/big", big)
+    app.router.add_post("/stalls", stalls)
     app.router.add_post("/small", small)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -48,14 +60,15 @@ async def endpoint() -> AsyncIterator[str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     yield f"http://127.0.0.1:{port}"
+    closing.set()
     await runner.cleanup()
 
 
-async def post(url: str) -> Any:
+async def post(url: str, timeout_s: float = 5) -> Any:
     sender = Sender(SystemClock(), TargetPolicy())
     await sender.start()
     try:
-        return await sender.post(url, REQUEST, timeout_s=5)
+        return await sender.post(url, REQUEST, timeout_s=timeout_s)
     finally:
         await sender.close()
 
@@ -74,6 +87,14 @@ async def test_the_sender_reads_only_the_start_of_a_long_answer(endpoint: str) -
     assert got.body == b"y" * CAPTURE_BYTES
     assert not got.complete, "40 chunks of 4 KiB came: more than what was read"
     assert 40 * 4096 > MAX_RESPONSE_BYTES
+
+
+async def test_a_body_slower_than_its_status_does_not_turn_a_2xx_into_a_timeout(
+    endpoint: str,
+) -> None:
+    got = await post(f"{endpoint}/stalls", timeout_s=3)
+    assert (got.status_code, got.error) == (200, None), got
+    assert got.body == b"accepted, " and not got.complete
 
 
 async def test_attempt_three_s_answer_is_on_the_job(world: World) -> None:
