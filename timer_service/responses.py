@@ -117,10 +117,12 @@ def signature_values(header: str | None) -> list[str]:
 
 
 def cut_utf8(text: str, limit_bytes: int) -> str:
-    """`text` cut to at most `limit_bytes` of UTF-8, never inside a character."""
+    """`text` cut to at most `limit_bytes` of UTF-8, never inside a character, and
+    always valid Unicode: a lone surrogate (aiohttp reads header bytes that are not
+    UTF-8 as such) becomes "?", since no store can encode it."""
     encoded = text.encode("utf-8", errors="replace")
     if len(encoded) <= limit_bytes:
-        return text
+        return encoded.decode("utf-8")
     end = limit_bytes
     while end > 0 and encoded[end] & 0xC0 == 0x80:  # a continuation byte: inside a character
         end -= 1

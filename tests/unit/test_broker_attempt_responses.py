@@ -8,14 +8,16 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import bson
 import pytest
 from aiohttp import web
 
-from broker.callback import CallbackRequest
+from broker.callback import CallbackRequest, Verdict, attempt_record
 from broker.sender import MAX_RESPONSE_BYTES, Sender
 from tests.unit.broker_harness import Received, World, fast_retry, wait_for_states
 from timer_service.callback_targets import TargetPolicy
 from timer_service.clock import SystemClock
+from timer_service.dispatch import OutcomeKind
 from timer_service.model import JobState
 from timer_service.responses import BODY_BYTES, CAPTURE_BYTES
 
@@ -135,3 +137,28 @@ async def test_attempt_three_s_answer_is_on_the_job(world: World) -> None:
     assert len(third.body.encode()) <= BODY_BYTES and third.truncated
     last = job.history[3].response
     assert last is not None and last.body == '{"attempt":4}' and not last.truncated
+
+
+async def test_header_bytes_that_are_not_utf8_are_kept_as_text_a_store_can_write() -> None:
+    # aiohttp reads them as lone surrogates; BSON cannot encode those, and an outcome
+    # that cannot be encoded would hold its batch for ever.
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(
+            b"HTTP/1.1 500 Oops\r\nContent-Type: text/plain\r\n"
+            b"X-Request-Id: r\xff\xfe1\r\nContent-Length: 5\r\n\r\nhello"
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        got = await post(f"http://127.0.0.1:{port}/cb")
+    finally:
+        server.close()
+        await server.wait_closed()
+    record = attempt_record(1, 1000, got, Verdict(OutcomeKind.RETRY, "HTTP 500", 2000), 1)
+    assert record.response is not None
+    assert dict(record.response.headers)["X-Request-Id"] == "r??1", record.response
+    bson.encode(record.response.to_dict())
