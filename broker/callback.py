@@ -150,17 +150,19 @@ def attempt_record(
     response: Response,
     verdict: Verdict,
     duration_ms: int,
-    never_kept: Sequence[str] = (),
+    sent: tuple[BizType, CallbackRequest] | None = None,
 ) -> Attempt:
     """The attempt as the job keeps it, with what the endpoint answered (when a status
-    came); `never_kept`: the strings an answer echoing them must not keep (`secrets_of`)."""
+    came). `sent`: the biz type and the request, whose secrets and signatures an answer
+    that echoes them must not keep (`secrets_of`)."""
     answer = None
     if response.status_code is not None:
+        never_kept = () if sent is None else secrets_of(sent[0], sent[1], fired_at)
         answer = capture(response.headers, response.body, response.complete, never_kept)
     return Attempt(attempt, fired_at, response.status_code, verdict.error, duration_ms, answer)
 
 
-def secrets_of(biz: BizType, request: CallbackRequest, fired_at: int) -> list[str]:
+def secrets_of(biz: BizType, request: CallbackRequest, fired_at: int) -> Sequence[str]:
     """The biz type's signing secrets and the request's signatures: never stored, even
     when an endpoint echoes them back."""
     secrets = list(biz.signing_secrets(fired_at))

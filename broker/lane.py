@@ -47,7 +47,7 @@ import logging
 import math
 import random
 
-from broker.callback import Response, attempt_record, build_request, judge, secrets_of
+from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
 from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
@@ -462,14 +462,8 @@ class Lane:
                         "next_attempt_at": verdict.next_attempt_at,
                     },
                 )
-            record = attempt_record(
-                attempt,
-                fired_at,
-                response,
-                verdict,
-                round(duration_s * 1000),
-                secrets_of(biz, request, fired_at),
-            )
+            took_ms = round(duration_s * 1000)
+            record = attempt_record(attempt, fired_at, response, verdict, took_ms, (biz, request))
             outcome = Outcome(item.ref, verdict.kind, record, verdict.next_attempt_at)
             self._outcomes.submit(Pending(outcome, item.deliveries, lambda: self._settled(item)))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bson
 import pytest
 
-from broker.callback import CallbackRequest, Response, Verdict, attempt_record, secrets_of
+from broker.callback import CallbackRequest, Response, Verdict, attempt_record
 from timer_service.dispatch import OutcomeKind
 from timer_service.jobs import with_answers_kept
 from timer_service.model import Attempt, BizType
@@ -149,7 +149,6 @@ def test_secrets_and_signatures_echoed_back_are_never_kept() -> None:
     secret = generate_secret()
     biz = BizType("orders", "http://127.0.0.1/cb", signing_secret=secret)
     request = CallbackRequest(b"{}", {"webhook-signature": "v1,c2lnbmF0dXJlLW9uZQ== v1,dHdv"})
-    never = secrets_of(biz, request, fired_at=1000)
     echo = (
         f'{{"headers":{{"webhook-signature":"v1,c2lnbmF0dXJlLW9uZQ== v1,dHdv"}},'
         f'"secret":"{secret}","key":"{secret.removeprefix("whsec_")}"}}'
@@ -158,7 +157,7 @@ def test_secrets_and_signatures_echoed_back_are_never_kept() -> None:
         400, headers=(("Content-Type", "application/json"), ("X-Request-Id", secret)), body=echo
     )
     verdict = Verdict(OutcomeKind.DEAD, "HTTP 400")
-    kept = attempt_record(1, 1000, response, verdict, 5, never).response
+    kept = attempt_record(1, 1000, response, verdict, 5, (biz, request)).response
     assert kept is not None
     shown = str(kept.to_dict())
     for value in (secret, secret.removeprefix("whsec_"), "c2lnbmF0dXJlLW9uZQ==", "dHdv"):
