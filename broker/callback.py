@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import email.utils
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timer_service import __version__
 from timer_service.dispatch import OutcomeKind
 from timer_service.model import Attempt, BizType, Job, RetryPolicy
-from timer_service.signing import signature_header
+from timer_service.responses import capture, signature_values
+from timer_service.signing import SECRET_PREFIX, signature_header
 
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
 USER_AGENT = f"timer-service/{__version__}"
@@ -35,6 +37,11 @@ class Response:
     # The callback target policy refused the host: nothing was sent, and retrying
     # cannot change that (docs/operations.md, "Callback targets").
     refused: bool = False
+    # What came with the status, for the attempt's record (timer_service.responses):
+    # every header, the body's first bytes, and whether nothing came after them.
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +145,26 @@ def judge(
 
 
 def attempt_record(
-    attempt: int, fired_at: int, response: Response, verdict: Verdict, duration_ms: int
+    attempt: int,
+    fired_at: int,
+    response: Response,
+    verdict: Verdict,
+    duration_ms: int,
+    sent: tuple[BizType, CallbackRequest] | None = None,
 ) -> Attempt:
-    return Attempt(attempt, fired_at, response.status_code, verdict.error, duration_ms)
+    """The attempt as the job keeps it, with what the endpoint answered (when a status
+    came). `sent`: the biz type and the request, whose secrets and signatures an answer
+    that echoes them must not keep (`secrets_of`)."""
+    answer = None
+    if response.status_code is not None:
+        never_kept = () if sent is None else secrets_of(sent[0], sent[1], fired_at)
+        answer = capture(response.headers, response.body, response.complete, never_kept)
+    return Attempt(attempt, fired_at, response.status_code, verdict.error, duration_ms, answer)
+
+
+def secrets_of(biz: BizType, request: CallbackRequest, fired_at: int) -> Sequence[str]:
+    """The biz type's signing secrets and the request's signatures: never stored, even
+    when an endpoint echoes them back."""
+    secrets = list(biz.signing_secrets(fired_at))
+    secrets += [s.removeprefix(SECRET_PREFIX) for s in secrets if s.startswith(SECRET_PREFIX)]
+    return secrets + signature_values(request.headers.get("webhook-signature"))

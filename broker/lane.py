@@ -462,7 +462,8 @@ class Lane:
                         "next_attempt_at": verdict.next_attempt_at,
                     },
                 )
-            record = attempt_record(attempt, fired_at, response, verdict, round(duration_s * 1000))
+            took_ms = round(duration_s * 1000)
+            record = attempt_record(attempt, fired_at, response, verdict, took_ms, (biz, request))
             outcome = Outcome(item.ref, verdict.kind, record, verdict.next_attempt_at)
             self._outcomes.submit(Pending(outcome, item.deliveries, lambda: self._settled(item)))
 

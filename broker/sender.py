@@ -19,6 +19,7 @@ from broker.callback import CallbackRequest, Response
 from broker.targets import GuardedResolver, literal_refusal, refusal_in
 from timer_service.callback_targets import TargetPolicy, redact
 from timer_service.clock import Clock
+from timer_service.responses import CAPTURE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024  # read (and discard) at most this much of an answer
 
@@ -82,9 +83,23 @@ class Sender:
         async with self._session.post(
             url, data=request.body, headers=request.headers, allow_redirects=False
         ) as resp:
-            # Draining a small answer lets the connection be reused.
-            await resp.content.read(MAX_RESPONSE_BYTES)
-            return Response(resp.status, resp.headers.get("Retry-After"))
+            # One read, as ever: it drains a small answer so the connection can be
+            # reused. The answer's start is kept with the attempt (timer_service.responses):
+            # what that read brought, plus whatever else has arrived, never waiting for
+            # more, so that a body slower than its status cannot turn a 2xx into a timeout.
+            body = await resp.content.read(MAX_RESPONSE_BYTES)
+            while len(body) < CAPTURE_BYTES and not resp.content.at_eof():
+                more = resp.content.read_nowait(CAPTURE_BYTES - len(body))
+                if not more:
+                    break
+                body += more
+            return Response(
+                resp.status,
+                resp.headers.get("Retry-After"),
+                headers=tuple(resp.headers.items()),
+                body=body[:CAPTURE_BYTES],
+                complete=len(body) <= CAPTURE_BYTES and resp.content.at_eof(),
+            )
 
     @property
     def is_open(self) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -39,6 +39,7 @@ from timer_service.model import (
     same_payload,
     second_of,
 )
+from timer_service.responses import RESPONSES_KEPT, keep_last
 from timer_service.tracecontext import TraceContext
 
 # --------------------------------------------------------------------------- create
@@ -206,9 +207,29 @@ class Change:
         changed = job.evolve(**self.sets)
         if self.attempt is not None:
             changed = changed.evolve(
-                attempts=changed.attempts + 1, history=(*changed.history, self.attempt)
+                attempts=changed.attempts + 1,
+                history=with_answers_kept((*changed.history, self.attempt)),
             )
         return changed
+
+
+def without_answers(job: Job) -> Job:
+    """The job as a listing shows it: its attempts without the endpoint's answers."""
+    if all(a.response is None for a in job.history):
+        return job
+    return job.evolve(history=tuple(replace(a, response=None) for a in job.history))
+
+
+def with_answers_kept(history: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
+    """The history with the answers of all but its last RESPONSES_KEPT answered
+    attempts let go: what a job keeps of its endpoint's answers is bounded."""
+    kept = keep_last([a.response for a in history], RESPONSES_KEPT)
+    if all(keep or a.response is None for a, keep in zip(history, kept, strict=True)):
+        return history
+    return tuple(
+        a if keep or a.response is None else replace(a, response=None)
+        for a, keep in zip(history, kept, strict=True)
+    )
 
 
 def _change(states: frozenset[JobState], claim: str | None = None, /, **sets: Any) -> Change:

@@ -9,6 +9,7 @@ from typing import Any
 
 from timer_service.callback_targets import redact_url
 from timer_service.constants import DEFAULT_RETRY, RESERVED_BIZ_TYPE_PREFIX
+from timer_service.responses import AttemptResponse
 from timer_service.tracecontext import TraceContext
 
 
@@ -78,8 +79,12 @@ class Attempt:
     status_code: int | None
     error: str | None
     duration_ms: int
+    # What the endpoint answered, as kept (timer_service.responses); None when no
+    # answer came, or when it is older than the job's last RESPONSES_KEPT answers.
+    response: AttemptResponse | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The attempt without its answer (stored apart from it by the MongoDB store)."""
         return {
             "attempt": self.attempt,
             "at": self.at,
@@ -87,6 +92,10 @@ class Attempt:
             "error": self.error,
             "duration_ms": self.duration_ms,
         }
+
+    def to_public(self) -> dict[str, Any]:
+        answer = None if self.response is None else self.response.to_dict()
+        return {**self.to_dict(), "response": answer}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Attempt:
@@ -127,7 +136,9 @@ class Job:
     def payload(self) -> Any:
         return json.loads(self.payload_json)
 
-    def to_public(self) -> dict[str, Any]:
+    def to_public(self, answers: bool = True) -> dict[str, Any]:
+        """The job as the API shows it; `answers=False` leaves the attempts' `response`
+        out, for listings (docs/api.md, "Attempt responses")."""
         return {
             "biz_type": self.biz_type,
             "job_id": self.job_id,
@@ -140,7 +151,7 @@ class Job:
             "updated_at": self.updated_at,
             "delivered_at": self.delivered_at,
             "last_error": self.last_error,
-            "history": [a.to_dict() for a in self.history],
+            "history": [a.to_public() if answers else a.to_dict() for a in self.history],
             "labels": dict(self.labels),
         }
 

@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ def chromium_path() -> str:
     raise RuntimeError("no chromium: apt-get install -y chromium (or set CHROMIUM_PATH)")
 
 
+# (callback body) -> (status, headers, body) of the answer
+AnswerFor = Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]]
+
+
 class SwitchableReceiver:
     """A callback endpoint in a thread: answers `status` (changeable at any time) and
     counts every callback by (job_id, status it answered)."""
@@ -37,6 +42,8 @@ class SwitchableReceiver:
     def __init__(self) -> None:
         self.port = free_port()
         self.status = 200
+        # An answer of its own per callback body; None: `status`, empty.
+        self.answer_for: AnswerFor | None = None
         self.answered: Counter[tuple[str, int]] = Counter()
         self.bodies: dict[str, dict[str, Any]] = {}
         self.raw: dict[str, tuple[bytes, dict[str, str]]] = {}  # the last callback's bytes
@@ -48,14 +55,19 @@ class SwitchableReceiver:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
                 body = json.loads(raw)
-                status = receiver.status
+                status, headers, answer = receiver.status, {}, b""
+                if receiver.answer_for is not None:
+                    status, headers, answer = receiver.answer_for(body)
                 with receiver._lock:
                     receiver.answered[(body["job_id"], status)] += 1
                     receiver.bodies[body["job_id"]] = body
                     receiver.raw[body["job_id"]] = (raw, dict(self.headers.items()))
                 self.send_response(status)
-                self.send_header("Content-Length", "0")
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
             def log_message(self, *args: Any) -> None:
                 pass

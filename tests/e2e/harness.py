@@ -126,6 +126,8 @@ class Receiver:
     # Seconds to wait before answering a job's callbacks (a hanging endpoint).
     answer_after_s: dict[str, float] = field(default_factory=dict)
     on_arrival: Callable[[Arrival], None] | None = None
+    # An answer of its own for a callback (None: the plan's, or 200 {"ok": true}).
+    respond: Callable[[Arrival], web.Response | None] | None = None
     up: bool = True
     _runner: web.AppRunner | None = None
 
@@ -163,6 +165,9 @@ class Receiver:
         hang_s = self.answer_after_s.get(body["job_id"])
         if hang_s:
             await asyncio.sleep(hang_s)
+        answer = None if self.respond is None else self.respond(arrival)
+        if answer is not None:
+            return answer
         plan = self.plans.get(body["job_id"])
         if plan:
             return web.Response(status=plan.pop(0))

@@ -229,6 +229,7 @@ def test_find_a_dead_job_by_label_then_bulk_replay_a_thousand(
     assert receiver.bodies["acme-7"]["labels"] == {"tenant": "acme"}, receiver.bodies["acme-7"]
     page.goto("/ui/#/")
     expect(overview_cell(page, biz, "dead")).to_have_text("1")
+    expect(page.get_by_test_id("overview-canary")).to_be_visible()
     screenshot(page, "overview")
 
     rows = audit_rows(page, biz, "jobs.bulk_replay")

@@ -44,6 +44,21 @@ def test_servers_show_the_daemon_the_broker_and_a_live_canary(
     screenshot(page, "servers")
 
 
+def test_the_overview_says_whether_firing_is_alive(
+    page: Page, client: httpx.Client, receiver: SwitchableReceiver
+) -> None:
+    put_biz(client, "console-alive", receiver)
+    page.goto("/ui/#/")
+    line = page.get_by_test_id("overview-canary")
+    expect(line.get_by_test_id("canary")).to_have_attribute("data-state", "alive")
+    expect(line).to_contain_text("Firing is alive")
+    expect(line).to_contain_text("last canary")
+    expect(page.locator('[data-testid="biz-row"][data-biz-type="console-alive"]')).to_be_visible()
+    line.click()
+    expect(page).to_have_url(re.compile(r"#/servers$"))
+    expect(page.get_by_test_id("daemon-row")).not_to_have_count(0)
+
+
 def test_a_biz_types_last_hour_is_charted(
     page: Page, client: httpx.Client, receiver: SwitchableReceiver
 ) -> None:

@@ -53,6 +53,8 @@ QUERIES: list[dict[str, Any]] = [
 UPDATES: list[tuple[dict[str, Any], Any]] = [
     ({"_id": "a"}, {"$set": {"z.y": 1}, "$inc": {"n": 2}, "$unset": {"s": ""}}),
     ({"_id": "b"}, {"$push": {"h": {"at": 40}}, "$max": {"n": 7}, "$min": {"q": 3}}),
+    ({"_id": "b"}, {"$push": {"h": {"$each": [{"at": 50}, {"at": 60}], "$slice": -2}}}),
+    ({"_id": "c"}, {"$push": {"r": {"$each": [{"at": 1}], "$slice": -3}}}),  # a new array
     ({"_id": "e"}, {"$set": {"n": 0}}),  # matched, not modified
     ({"_id": "new", "kind": "k", "n": {"$lte": 3}}, {"$setOnInsert": {"c": 1}}),
     ({"_id": "d", "move_until": {"$gt": 500}}, {"$set": {"x": 1}}),  # a duplicate upsert

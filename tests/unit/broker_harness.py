@@ -52,6 +52,8 @@ class Receiver:
     """A loopback HTTP endpoint that records every callback with its arrival time."""
 
     responder: Responder | None = None
+    # (record) -> the body of the answer (none when unset or when it answers None)
+    body_for: Callable[[Received], bytes | None] | None = None
     received: list[Received] = field(default_factory=list)
     in_flight: dict[str, int] = field(default_factory=dict)
     max_in_flight: dict[str, int] = field(default_factory=dict)
@@ -102,7 +104,8 @@ class Receiver:
                 # Hanging answers end when the receiver stops, so teardown is quick.
                 with contextlib.suppress(TimeoutError):
                     await self.clock.wait_for(self._closing.wait(), delay_s)
-            return web.Response(status=status, headers=headers)
+            body = None if self.body_for is None else self.body_for(record)
+            return web.Response(status=status, headers=headers, body=body)
         finally:
             self.in_flight[biz] -= 1
 

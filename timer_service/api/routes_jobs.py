@@ -201,7 +201,8 @@ async def list_jobs(
     # Without a filter, a page shows only the token's biz types; it may then end short,
     # as any filtered page may (docs/api.md, "Search"): next_cursor goes on.
     visible = grant.visible(jobs, lambda job: job.biz_type)
-    return JSONResponse({"items": [job.to_public() for job in visible], "next_cursor": next_cursor})
+    items = [job.to_public(answers=False) for job in visible]  # a page stays small
+    return JSONResponse({"items": items, "next_cursor": next_cursor})
 
 
 @router.get(

@@ -386,12 +386,38 @@ class SecretRotatedOut(BizTypeOut):
     signing_secret: str = Field(description="The new secret; shown this once, never again.")
 
 
+class AttemptResponseOut(BaseModel):
+    """What the endpoint answered to one attempt, as kept (docs/api.md, "Attempt
+    responses"): a few headers and the body's first KiB, never a signing secret."""
+
+    headers: dict[str, str] = Field(
+        description="Only these, when sent: Content-Type, Content-Length, Content-Encoding, "
+        "Retry-After, Location, WWW-Authenticate, X-Request-Id; each value at most 128 bytes."
+    )
+    body: str | None = Field(
+        description="The body's first 1024 bytes, decoded as UTF-8 (invalid bytes as "
+        "U+FFFD) and cut on a character boundary; null when empty or binary. A signing "
+        "secret or signature echoed back reads `[redacted]`."
+    )
+    truncated: bool = Field(description="The body was longer than what is kept.")
+    binary: bool = Field(
+        description="The body is not text (a non-text Content-Type, a Content-Encoding, "
+        "NUL bytes, or mostly invalid UTF-8): not kept."
+    )
+
+
 class AttemptOut(BaseModel):
     attempt: int
     at: int
     status_code: int | None
     error: str | None
     duration_ms: int
+    response: AttemptResponseOut | None = Field(
+        default=None,
+        description="What the endpoint answered: null when no answer came (timeout, "
+        "connection error) or when older than the job's last 10 answers. Shown on GET of "
+        "one job; listings leave it out.",
+    )
 
 
 class JobOut(BaseModel):

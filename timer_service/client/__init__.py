@@ -32,6 +32,7 @@ from timer_service.client.fields import BizTypeFields, BizTypePatch, RetryFields
 from timer_service.client.models import (
     UNCHANGED,
     Attempt,
+    AttemptResponse,
     BatchItemResult,
     BizTypeConfig,
     Job,
@@ -76,6 +77,7 @@ __all__ = [
     "USER_AGENT",
     "AsyncTimerClient",
     "Attempt",
+    "AttemptResponse",
     "AuditEntry",
     "AuditPage",
     "BadRequest",

@@ -40,12 +40,28 @@ class _Resource(BaseModel):
         return dumped
 
 
+class AttemptResponse(_Resource):
+    """What the endpoint answered to one attempt, as the service keeps it (docs/api.md,
+    "Attempt responses"): a few headers, the body's first KiB (None when empty or
+    binary), whether it was longer, whether it was binary."""
+
+    headers: dict[str, str] = {}
+    body: str | None = None
+    truncated: bool = False
+    binary: bool = False
+
+
 class Attempt(_Resource):
+    # `response` is shown on a job read alone (get_job), not in listings, and not by
+    # servers older than it: None then.
+    OPTIONAL_FIELDS = frozenset({"response"})
+
     attempt: int
     at: int
     status_code: int | None = None
     error: str | None = None
     duration_ms: int | None = None
+    response: AttemptResponse | None = None
 
 
 class Lateness(_Resource):

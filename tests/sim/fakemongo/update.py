@@ -127,16 +127,20 @@ def _apply_one(doc: Doc, path: str, op: str, arg: Any, ctx: Context, inserting: 
             _set(doc, path, current + arg)
     elif op == "$push":
         items = [arg]
+        keep: int | None = None  # `$slice`: the first n (n >= 0) or the last -n
         if isinstance(arg, dict) and "$each" in arg:
-            if set(arg) != {"$each"}:
-                raise NotImplementedError("fake MongoDB: $push modifiers besides $each")
+            if not set(arg) <= {"$each", "$slice"}:
+                raise NotImplementedError("fake MongoDB: $push modifiers besides $each, $slice")
             items = list(arg["$each"])
+            keep = arg.get("$slice")
         if current is MISSING:
-            _set(doc, path, items)
+            current = []
+            _set(doc, path, current)
         elif not isinstance(current, list):
             raise UpdateFailure(BAD_VALUE, f"The field '{path}' must be an array")
-        else:
-            current.extend(items)
+        current.extend(items)
+        if keep is not None:
+            current[:] = current[:keep] if keep >= 0 else current[keep:]
     elif op == "$addToSet":
         items = list(arg["$each"]) if isinstance(arg, dict) and "$each" in arg else [arg]
         if isinstance(arg, dict) and "$each" in arg and set(arg) != {"$each"}:

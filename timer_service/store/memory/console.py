@@ -7,7 +7,7 @@ import bisect
 from collections import Counter
 from collections.abc import Sequence
 
-from timer_service.jobs import Change
+from timer_service.jobs import Change, without_answers
 from timer_service.model import Job, JobState
 from timer_service.search import SEARCH_SCAN_LIMIT, JobFilter
 from timer_service.store.memory.state import MemoryState
@@ -37,7 +37,7 @@ class MemoryConsole:
                 return items, None
             job = self._s.jobs[key]
             if where.matches(job):
-                items.append(job)
+                items.append(without_answers(job))
                 if len(items) == limit:
                     return items, self._cursor_after(keys, key, prefix)
             if scanned == SEARCH_SCAN_LIMIT:

@@ -152,14 +152,16 @@ class MongoJobs:
         await self._write_new_jobs([(job, self._home(job))])
         return CreateStatus.CREATED, job
 
-    async def read_jobs(self, locators: Sequence[Doc]) -> dict[str, Doc]:
+    async def read_jobs(
+        self, locators: Sequence[Doc], projection: Doc | None = None
+    ) -> dict[str, Doc]:
         by_bucket: dict[int, list[str]] = defaultdict(list)
         for loc in locators:
             by_bucket[self._l.home_of(loc)].append(loc["_id"])
         found = await asyncio.gather(
             *(
                 self._l.buckets[b]
-                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys)})
+                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys)}, projection)
                 .batch_size(one_reply(len(keys)))
                 .to_list(None)
                 for b, keys in by_bucket.items()

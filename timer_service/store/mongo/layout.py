@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
@@ -54,6 +55,7 @@ from timer_service.constants import (
 from timer_service.jobs import Change, Guard, payload_fingerprint
 from timer_service.model import Attempt, Job, JobState, Labels, labels_of, second_of
 from timer_service.partitions import partition_of, second_of_slot, slot
+from timer_service.responses import RESPONSES_KEPT, AttemptResponse
 from timer_service.tracecontext import TraceContext
 
 Doc = dict[str, Any]
@@ -284,6 +286,7 @@ def job_to_doc(job: Job, second: int, partition: int = 0) -> Doc:
         "delivered_at": job.delivered_at,
         "last_error": job.last_error,
         "history": [a.to_dict() for a in job.history],
+        "responses": [answer_doc(a) for a in job.history if a.response is not None],
         "claim": job.claim,
         "fence": job.fence,
         "claimed_at": job.claimed_at,
@@ -351,7 +354,7 @@ def doc_to_job(doc: Doc) -> Job:
         updated_at=doc.get("updated_at", 0),
         delivered_at=doc.get("delivered_at"),
         last_error=doc.get("last_error"),
-        history=tuple(Attempt.from_dict(a) for a in doc.get("history", ())),
+        history=history_of(doc),
         claim=doc.get("claim"),
         fence=doc.get("fence", 0),
         claimed_at=doc.get("claimed_at"),
@@ -362,9 +365,33 @@ def doc_to_job(doc: Doc) -> Job:
     )
 
 
+def answer_doc(attempt: Attempt) -> Doc:
+    """An attempt's answer as stored: apart from the history, in `responses`, the last
+    RESPONSES_KEPT of them (a `$push` with `$slice` bounds it in the outcome's own
+    update), named by the attempt's number and time."""
+    assert attempt.response is not None
+    return {"attempt": attempt.attempt, "at": attempt.at, **attempt.response.to_dict()}
+
+
+def history_of(doc: Doc) -> tuple[Attempt, ...]:
+    """The attempts of a job document, each with its answer if still kept."""
+    answers = {(r["attempt"], r["at"]): r for r in doc.get("responses", ())}
+    history = []
+    for entry in doc.get("history", ()):
+        attempt = Attempt.from_dict(entry)
+        answer = answers.get((attempt.attempt, attempt.at))
+        if answer is not None:
+            attempt = replace(attempt, response=AttemptResponse.from_dict(answer))
+        history.append(attempt)
+    return tuple(history)
+
+
+# What a listing reads (`ConsolePort.search_jobs`): the jobs without their answers.
+LISTING_PROJECTION = {"responses": 0}
+
 # What a claim reads back to publish (`jobs.claimed`): the job without its history.
 # The message carries it, so that the broker's send mark need not read it again.
-CLAIM_PROJECTION = {"history": 0}
+CLAIM_PROJECTION = {"history": 0, "responses": 0}
 
 # Documents a second's load brings in its first reply (a few MB of projected keys).
 LOAD_BATCH = 50_000
@@ -409,6 +436,10 @@ def change_update(change: Change, expire_at: datetime | None = None) -> Doc:
     if change.attempt is not None:
         update["$inc"] = {"attempts": 1}
         update["$push"] = {"history": change.attempt.to_dict()}
+        if change.attempt.response is not None:
+            # The last RESPONSES_KEPT answers, as `jobs.with_answers_kept` keeps them.
+            answers = {"$each": [answer_doc(change.attempt)], "$slice": -RESPONSES_KEPT}
+            update["$push"]["responses"] = answers
     return update
 
 

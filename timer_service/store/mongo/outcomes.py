@@ -13,6 +13,7 @@ from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
 from timer_service.model import Job, job_key
 from timer_service.store.mongo.layout import (
+    CLAIM_PROJECTION,
     LOCATOR_SLACK_MS,
     Layout,
     change_update,
@@ -77,7 +78,10 @@ class MongoOutcomes:
         found = await asyncio.gather(
             *(
                 self._l.buckets[b]
-                .find({"_id": {"$in": keys}, **self._l.shard_keys(keys), "sending": send_token})
+                .find(
+                    {"_id": {"$in": keys}, **self._l.shard_keys(keys), "sending": send_token},
+                    CLAIM_PROJECTION,
+                )
                 .batch_size(one_reply(len(keys)))
                 .to_list(None)
                 for b, keys in to_read.items()
@@ -97,11 +101,12 @@ class MongoOutcomes:
                 **guard_filter(change.guard),
             },
             change_update(change),
+            CLAIM_PROJECTION,
             return_document=ReturnDocument.AFTER,
         )
         if doc is None:  # cancelled or taken over meanwhile, or a retry of this mark
             doc = await bucket.find_one(
-                {"_id": key, **self._l.shard_key(key), "sending": send_token}
+                {"_id": key, **self._l.shard_key(key), "sending": send_token}, CLAIM_PROJECTION
             )
         return {} if doc is None else {key: doc_to_job(doc)}
 

@@ -27,11 +27,18 @@ from pymongo import ASCENDING
 
 from timer_service.model import Job
 from timer_service.search import SEARCH_SCAN_LIMIT, JobFilter
-from timer_service.store.mongo.layout import Doc, Layout, doc_to_job, label_terms
+from timer_service.store.mongo.layout import (
+    LISTING_PROJECTION,
+    Doc,
+    Layout,
+    doc_to_job,
+    label_terms,
+)
 
 _LOCATOR_BATCH = 500  # locators read per round trip
 
-ReadJobs = Callable[[Sequence[Doc]], Awaitable[dict[str, Doc]]]
+# (locators, projection) -> the job documents by `_id`
+ReadJobs = Callable[[Sequence[Doc], Doc | None], Awaitable[dict[str, Doc]]]
 Page = tuple[list[Job], str | None]
 
 
@@ -75,7 +82,7 @@ async def _through_locator(
             return items, None
         scanned += len(page)
         wanted = [loc for loc in page if where.matches_due(loc["due_at"])]
-        docs = await read_jobs(wanted) if wanted else {}
+        docs = await read_jobs(wanted, LISTING_PROJECTION) if wanted else {}
         for loc in page:
             after = loc["_id"]
             doc = docs.get(after)
@@ -109,7 +116,8 @@ async def _merge_buckets(layout: Layout, where: JobFilter, limit: int, cursor: s
     async def read(bucket: int, after: str | None, n: int) -> list[Doc]:
         keys = base if after is None else {**base, "$gt": after}
         query = {"biz_type": where.biz_type, "state": state, "_id": keys}
-        found = layout.buckets[bucket].find(query).sort("_id", ASCENDING).limit(n)
+        found = layout.buckets[bucket].find(query, LISTING_PROJECTION).sort("_id", ASCENDING)
+        found = found.limit(n)
         return await found.to_list(None)
 
     n_buckets = layout.buckets_n

@@ -33,7 +33,8 @@ class ConsolePort(Protocol):
     ) -> tuple[list[Job], str | None]:
         """Jobs matching `where` in identity order after `cursor`: at most `limit`, and
         at most `search.SEARCH_SCAN_LIMIT` read, so a page may end short; the cursor
-        to go on from, or None when there is nothing after."""
+        to go on from, or None when there is nothing after. The jobs come without
+        their attempts' answers (`Attempt.response` None): a listing stays small."""
         ...
 
     async def count_matching(self, where: JobFilter) -> int:

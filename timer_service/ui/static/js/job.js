@@ -83,7 +83,7 @@ function jobDetails(job, onChange) {
       row("payload", h("pre", {}, fmtJson(job.payload)), "payload"),
     ),
     h("h3", {}, "Attempts"),
-    historyTable(job.history),
+    historyTable(job.history, { answers: true }),
   );
 }
 

@@ -1,5 +1,6 @@
 // Tables of jobs and of a job's attempts; a job row expands to its attempt history.
 
+import { answerCell } from "./answers.js";
 import { enc } from "./api.js";
 import { fmtTime, h, labelChips } from "./dom.js";
 
@@ -7,24 +8,28 @@ export function jobHref(job) {
   return `#/job/${enc(job.biz_type)}/${enc(job.job_id)}`;
 }
 
-export function historyTable(history) {
+// `answers`: add what the endpoint answered to each attempt (a job read alone carries it;
+// listings do not).
+export function historyTable(history, { answers = false } = {}) {
   if (!history || history.length === 0) return h("p", { class: "muted" }, "No attempt yet.");
+  const columns = ["#", "sent at", "status", "error", "duration", ...(answers ? ["answer"] : [])];
   return h(
     "table",
     { class: "history", testid: "history" },
-    h("thead", {}, h("tr", {}, ["#", "sent at", "status", "error", "duration"].map((t) => h("th", {}, t)))),
+    h("thead", {}, h("tr", {}, columns.map((t) => h("th", {}, t)))),
     h(
       "tbody",
       {},
       history.map((a) =>
         h(
           "tr",
-          {},
+          { testid: "attempt-row", "data-attempt": a.attempt },
           h("td", { class: "num" }, a.attempt),
           h("td", {}, fmtTime(a.at)),
           h("td", { class: "num" }, a.status_code ?? "—"),
           a.error ? h("td", { class: "error-text" }, a.error) : h("td", { class: "ok-text" }, "ok"),
           h("td", { class: "num" }, `${a.duration_ms} ms`),
+          answers ? answerCell(a) : null,
         ),
       ),
     ),

@@ -1,7 +1,9 @@
-// Overview: every biz type's counts, throughput and lateness, polled live.
+// Overview: whether firing is alive (the canary, as the servers view says it), then
+// every biz type's counts, throughput and lateness, polled live.
 
 import { api, enc } from "./api.js";
 import { fmtCount, fmtTime, h, replaceChildren, showError } from "./dom.js";
+import { canaryBox } from "./servers.js";
 
 const COLUMNS = [
   "biz type",
@@ -40,9 +42,22 @@ export function statsRow(item) {
   );
 }
 
+// "Is firing alive right now?" on the first page: the canary's line, linking to the
+// servers view. A token that may not read the servers sees nothing here.
+async function showCanary(slot, life) {
+  try {
+    const servers = await api("GET", "/v1/servers");
+    if (!life.alive) return;
+    replaceChildren(slot, h("a", { class: "plain", href: "#/servers", testid: "overview-canary" }, canaryBox(servers.canary)));
+  } catch {
+    replaceChildren(slot);
+  }
+}
+
 export async function overviewView(main, _params, life) {
   const tbody = h("tbody", {});
   const updated = h("span", { class: "muted", testid: "updated-at" }, "loading…");
+  const canary = h("div", {});
   replaceChildren(
     main,
     h(
@@ -52,6 +67,7 @@ export async function overviewView(main, _params, life) {
       updated,
       h("a", { class: "button", href: "#/new", testid: "new-biz-type", "data-needs": "admin" }, "New biz type"),
     ),
+    canary,
     h(
       "table",
       { class: "overview", testid: "overview-table" },
@@ -67,6 +83,7 @@ export async function overviewView(main, _params, life) {
   );
   let failing = false;
   life.poll(async () => {
+    showCanary(canary, life);
     try {
       const stats = await api("GET", "/v1/stats");
       if (!life.alive) return;
