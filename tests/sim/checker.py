@@ -243,6 +243,39 @@ class Checker:
                 found.append(Violation("at least once", identity, "delivered, never answered 2xx"))
         return found
 
+    def deleted_biz_types(self, final: dict[Identity, dict[str, Any]]) -> list[Violation]:
+        """A biz type deleted (204) had no pending or dispatched job then, and none can
+        be accepted after: a create racing the delete either was accepted before it (and
+        the delete answered 409) or was refused. So every accepted job of a biz type
+        deleted at the end is final: one left pending or dispatched would be
+        republished for ever into a queue nobody consumes."""
+        deleted = self._deleted_at_end()
+        found = []
+        for identity in sorted(self.accepted):
+            if identity[0] not in deleted:
+                continue
+            job = final.get(identity)
+            state = None if job is None else job["state"]
+            if state not in (*FINAL, "cancelled"):
+                found.append(
+                    Violation(
+                        "deleted biz type",
+                        identity,
+                        f"{state} after its biz type was deleted at {deleted[identity[0]]}",
+                    )
+                )
+        return found
+
+    def _deleted_at_end(self) -> dict[str, int]:
+        """The biz types whose last successful put or delete was a delete: when."""
+        last: dict[str, tuple[str, int]] = {}
+        for call in sorted(self.history.calls, key=lambda c: c.ended_ms):
+            if not call.path.startswith("/v1/biz-types/") or call.status not in (200, 201, 204):
+                continue
+            if call.method in ("PUT", "DELETE"):
+                last[call.path.rsplit("/", 1)[1]] = (call.method, call.ended_ms)
+        return {b: at for b, (method, at) in last.items() if method == "DELETE"}
+
     def one_document(self, documents: Iterable[dict[str, Any]]) -> list[Violation]:
         """One job document per identity in the store; every accepted job has one."""
         seen: dict[Identity, int] = defaultdict(int)

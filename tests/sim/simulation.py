@@ -92,7 +92,9 @@ async def _simulate(seed: int, options: Options) -> Outcome:
         if lim["rate_limit_per_s"]
     }
     checker = Checker(history, rates)
-    violations = checker.during_run() + checker.at_least_once(final)
+    violations = (
+        checker.during_run() + checker.at_least_once(final) + checker.deleted_biz_types(final)
+    )
     if cluster.mongo is not None:
         violations += checker.one_document(cluster.job_documents())
     await cluster.drive(cluster.shutdown())
@@ -101,7 +103,7 @@ async def _simulate(seed: int, options: Options) -> Outcome:
 
 async def _final_states(cluster: Cluster, workload: Workload) -> dict[Identity, dict[str, Any]]:
     final = {}
-    for identity in sorted(workload.created):
+    for identity in sorted(workload.created.keys() | workload.raced.keys()):
         call = await cluster.call("GET", "/v1/jobs/{}/{}".format(*identity))
         if call.status == 200:
             final[identity] = call.answer

@@ -12,8 +12,11 @@ from tests.contract.stores import NOW, create, new
 from tests.sim.fake_store import fake_mongo_store
 from tests.sim.fakemongo import FakeMongo, FaultPlan, LoseReply, Stall
 from timer_service.clock import FakeClock
-from timer_service.errors import StoreUnavailable
-from timer_service.model import JobState, second_of
+from timer_service.errors import Conflict, StoreUnavailable
+from timer_service.jobs import CreateResult, CreateStatus
+from timer_service.metrics import Metrics
+from timer_service.model import BizType, JobState, second_of
+from timer_service.registration import Registrar
 from timer_service.store.mongo import MongoStore
 
 S = second_of(NOW + 5000)
@@ -71,3 +74,30 @@ async def test_a_repeated_create_during_a_reschedule_leaves_one_job() -> None:
     stall.release()
     await retry
     assert len(stored(server, "orders/a")) == 1, stored(server, "orders/a")
+
+
+async def test_a_create_between_a_delete_s_look_and_its_last_step_calls_it_off() -> None:
+    """Break 7 (issue 30), the interleaving the contract suite cannot place: the delete
+    marked the biz type and found no job; a create wrote its job, then read the biz
+    type, found the mark and took it away; the delete's last step, conditional on its
+    mark, misses and answers 409. The job was accepted and its biz type stays."""
+    plan = FaultPlan()
+    server = FakeMongo(FakeClock(NOW), faults=plan)
+    store = await started(server)
+    await store.biz_types.put_biz_type(BizType("orders", "http://x/", created_at=1, updated_at=1))
+    stall = Stall()
+    plan.add(stall, name="delete_one", collection="biz_types")
+    delete = asyncio.create_task(store.biz_types.delete_biz_type("orders"))
+    await stall.reached.wait()
+
+    registrar = Registrar(store.jobs, Metrics(), biz_types=store.biz_types)
+    [result] = await registrar.register([new("a")], NOW)
+    stall.release()
+
+    with pytest.raises(Conflict):
+        await delete
+    assert isinstance(result, CreateResult) and result.status == CreateStatus.CREATED, result
+    assert await store.biz_types.get_biz_type("orders") is not None
+    [doc] = server.engine.dbs["timer"]["biz_types"].docs.values()
+    assert "deleting" not in doc, doc
+    assert stored(server, "orders/a") == [(f"jobs_b{S % 60}", JobState.PENDING.value)]
