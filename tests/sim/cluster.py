@@ -242,7 +242,7 @@ class Cluster:
         """The faults are over: every frozen process resumes, every lost connection
         comes back, every slot down starts again; the store answers every command."""
         if self.store_faults is not None:
-            self.store_faults.on = False
+            self.store_faults.on = self.store_faults.claims_on = False
         for slot in self.slots:
             self.thaw(slot)
             self.restore_queue(slot)

@@ -11,6 +11,8 @@ import pytest
 from tests.contract.stores import NOW, create, new
 from tests.sim.fake_store import fake_mongo_store
 from tests.sim.fakemongo import FakeMongo, FaultPlan, LoseReply, Stall
+from tests.sim.store_faults import is_claim
+from tests.unit.daemon_harness import Harness, run_until
 from timer_service.clock import FakeClock
 from timer_service.errors import Conflict, StoreUnavailable
 from timer_service.jobs import CreateResult, CreateStatus
@@ -101,3 +103,22 @@ async def test_a_create_between_a_delete_s_look_and_its_last_step_calls_it_off()
     [doc] = server.engine.dbs["timer"]["biz_types"].docs.values()
     assert "deleting" not in doc, doc
     assert stored(server, "orders/a") == [(f"jobs_b{S % 60}", JobState.PENDING.value)]
+
+
+async def test_a_claim_whose_reply_was_lost_is_published_by_its_token_at_once() -> None:
+    """Break 8 (issue 30): the claim's `update_many` applied and its reply was lost (a
+    multi-document update is not a retryable write). The daemon finds the claim by its
+    token at once and publishes it before the job is due; before, the job waited for
+    the reconciler's timeout (a minute here) and went out that late."""
+    clock = FakeClock(NOW)
+    plan = FaultPlan()
+    server = FakeMongo(clock, faults=plan)
+    store = await started(server)
+    h = Harness(store, clock, watch=False, reconcile_after_ms=60_000)  # type: ignore[arg-type]
+    due = NOW + 10_000
+    await create(store, new("a", due_at=due))
+    rule = plan.add(LoseReply(), name="update_many", collection="jobs_b*", when=is_claim)
+    await run_until(due, h, through_faults=True)
+    assert rule.hits == 1, "the claim's reply was not lost"
+    times = h.queue.times("a")
+    assert len(times) == 1 and times[0] <= due, f"expected one publish by {due}: {times}"

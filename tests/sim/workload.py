@@ -48,6 +48,10 @@ class Workload:
         self.jobs = jobs
         self.created: dict[tuple[str, str], dict[str, Any]] = {}  # identity -> create body
         self.raced: dict[tuple[str, str], dict[str, Any]] = {}  # the racing creates' jobs
+        # The deletes draw from a generator and name jobs of their own, so that adding
+        # them left the other requests of a seed as they were.
+        self._deleting = random.Random(f"deletes/{seed}")
+        self._raced_ids = 0
         self._ids = 0
 
     async def setup(self) -> None:
@@ -178,26 +182,26 @@ class Workload:
         (409: jobs still pending) is tried again a few times as they settle. A biz type
         deleted stays deleted: a job accepted of it and left pending would be
         republished for ever, which the checker looks for."""
-        clock = self.cluster.clock
+        clock, rng = self.cluster.clock, self._deleting
         end_ms = clock.now_ms() + self.duration_ms
         round_no = 0
         while clock.now_ms() < end_ms:
-            await clock.sleep(self.rng.uniform(1, 6))
+            await clock.sleep(rng.uniform(1, 6))
             round_no += 1
             biz_type = f"{RACED}{round_no}"
             put = await self.cluster.call("PUT", f"/v1/biz-types/{biz_type}", biz_body(biz_type))
             if put.status not in (200, 201):
                 continue
-            for _ in range(self.rng.randint(0, 2)):
+            for _ in range(rng.randint(0, 2)):
                 await self._create_raced(biz_type, 0.0)
-            for _ in range(self.rng.randint(1, 3)):
-                await clock.sleep(self.rng.uniform(2, 8))  # what it has settles first
+            for _ in range(rng.randint(1, 3)):
+                await clock.sleep(rng.uniform(2, 8))  # what it has settles first
                 # At one virtual moment: the seeded loop interleaves their commands.
                 racers = [
-                    self._create_raced(biz_type, self.rng.choice((0, 0, 0.001)))
-                    for _ in range(self.rng.randint(1, 3))
+                    self._create_raced(biz_type, rng.choice((0, 0, 0.001)))
+                    for _ in range(rng.randint(1, 3))
                 ]
-                delete = self._delete_biz_type(biz_type, self.rng.choice((0, 0.001)))
+                delete = self._delete_biz_type(biz_type, rng.choice((0, 0.001)))
                 results = await asyncio.gather(delete, *racers)
                 if results[0] == 204:
                     break
@@ -208,9 +212,9 @@ class Workload:
 
     async def _create_raced(self, biz_type: str, after_s: float) -> int:
         await self.cluster.clock.sleep(after_s)
-        self._ids += 1
-        due_at = self.cluster.clock.now_ms() + self.rng.choice((0, 300, 2000, 5000))
-        body = {"biz_type": biz_type, "job_id": f"j{self._ids}", "due_at": due_at}
+        self._raced_ids += 1
+        due_at = self.cluster.clock.now_ms() + self._deleting.choice((0, 300, 2000, 5000))
+        body = {"biz_type": biz_type, "job_id": f"r{self._raced_ids}", "due_at": due_at}
         call = await self.cluster.call("POST", "/v1/jobs", body)
         if call.status in (200, 201):
             self.raced[(biz_type, body["job_id"])] = body
