@@ -390,7 +390,8 @@ class Scanner:
         token = await self._claims.take(term.fence)
         now = self._clock.now_ms()
         # Counted before the call: a claim whose reply is lost has applied all the
-        # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
+        # same; should its jobs not be found by the token either (below), they are the
+        # reconciler's to find (see `Reconciler.maybe_run`).
         self.last_claim_ms = now
         try:
             claimed, _ = await asyncio.gather(

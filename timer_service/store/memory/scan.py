@@ -83,10 +83,15 @@ class MemoryScan(Scoped):
     async def find_claim(self, second: int, claim: str) -> list[Claimed]:
         # A rare call (after a claim that raised): a walk of the jobs, no index kept.
         home, seconds = self._s.home, self._s.second_of_job
+        mine = [
+            (key, job)
+            for key, job in self._s.jobs.items()
+            if job.claim == claim and job.state == JobState.DISPATCHED
+        ]
         return [
             replace(machine.claimed(job, second), bucket=home[key])
-            for key, job in self._s.jobs.items()
-            if job.claim == claim and job.state == JobState.DISPATCHED and seconds[key] == second
+            for key, job in mine
+            if seconds.get(key) == second
         ]
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
