@@ -251,13 +251,13 @@ def cancel(job: Job, now_ms: int) -> Change | None:
     )
 
 
-WITHDRAWN = "withdrawn: its biz type was deleted while it was being created"
+WITHDRAWN = "withdrawn: its biz type was deleted as this job was created or replayed"
 
 
 def withdraw(job: Job, now_ms: int) -> Change | None:
-    """pending | dispatched -> cancelled: a job whose create found, after writing it,
-    that its biz type had been deleted meanwhile (the create answers "unknown biz
-    type"; docs/architecture.md, "Deleting a biz type"). Unlike a cancel it does not
+    """pending | dispatched -> cancelled: a job whose create or replay found, after
+    writing it, that its biz type had been deleted meanwhile (the request is refused;
+    timer_service/biz_hold.py). Unlike a cancel it does not
     wait for a callback that has started: that attempt, if any, goes out once and is
     recorded (`outcome_after_cancel`), and no retry follows, since no broker would
     consume one. None when the job is final already."""

@@ -15,6 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from timer_service.biz_hold import deleted_meanwhile
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.metrics import Metrics
@@ -82,18 +83,12 @@ class Registrar:
 
     async def _deleted_meanwhile(self, written: Sequence[CreateResult], now_ms: int) -> set[str]:
         """The biz types deleted between the first check and the write, with this
-        request's new jobs of them withdrawn. The read comes after the write, as the
-        delete's look for jobs comes after its mark: if this read finds the biz type
-        unmarked, the delete's look will find the jobs."""
-        if self._biz_types is None or not written:
+        request's new jobs of them withdrawn (`timer_service.biz_hold`)."""
+        if self._biz_types is None:
             return set()
-        names = sorted({r.job.biz_type for r in written})
-        gone = set(names) - await self._biz_types.keep_biz_types(names)
-        if gone:
-            created = [r.job for r in written if r.status is CreateStatus.CREATED]
-            await self.jobs.withdraw_jobs([j for j in created if j.biz_type in gone], now_ms)
-            log.info("jobs withdrawn: biz type deleted meanwhile", extra={"gone": sorted(gone)})
-        return gone
+        names = {r.job.biz_type for r in written}
+        created = [r.job for r in written if r.status is CreateStatus.CREATED]
+        return await deleted_meanwhile(self._biz_types, self.jobs, names, created, now_ms)
 
     def _created(self, results: Sequence[CreateResult]) -> None:
         fresh = [r.job for r in results if r.status is CreateStatus.CREATED]

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import pytest
 
 from tests.contract.stores import NOW, new
+from tests.contract.test_jobs_contract import dead_job
+from timer_service.biz_hold import deleted_meanwhile
 from timer_service.errors import Conflict, InvalidInput
 from timer_service.jobs import CreateResult, CreateStatus
 from timer_service.metrics import Metrics
@@ -91,3 +93,20 @@ async def test_a_withdrawn_job_is_cancelled_whatever_its_claim(store: Store) -> 
     assert got.last_error is not None and "deleted" in got.last_error, got
     other = await store.jobs.get_job("orders", "b")
     assert other is not None and other.state == JobState.CANCELLED and other.last_error is None
+
+
+async def test_a_replay_whose_biz_type_is_deleted_meanwhile_is_withdrawn(store: Store) -> None:
+    """The same race with a replay: a dead job made pending after the delete looked for
+    active jobs. The replay's read after its write finds the biz type gone and withdraws
+    the job (the API answers 404); nothing of the deleted biz type is left to fire."""
+    await store.biz_types.put_biz_type(ORDERS)
+    await dead_job(store, "a")
+    assert await store.biz_types.delete_biz_type("orders") is True  # dead jobs do not block
+    replayed = await store.jobs.replay_job("orders", "a", NOW + 6000)
+    assert replayed.state == JobState.PENDING
+
+    gone = await deleted_meanwhile(store.biz_types, store.jobs, ["orders"], [replayed], NOW + 6001)
+
+    assert gone == {"orders"}
+    job = await store.jobs.get_job("orders", "a")
+    assert job is not None and job.state == JobState.CANCELLED, job

@@ -58,9 +58,14 @@ def _job_calls(calls: Iterable[Call]) -> Iterable[tuple[Identity, Call, dict[str
                 if result["status"] in (200, 201):
                     job = result["job"]
                     yield (job["biz_type"], job["job_id"]), call, job
-        elif call.path.startswith("/v1/jobs") and call.status in (200, 201):
+        elif _about_one_job(call.path) and call.status in (200, 201):
             job = call.answer
             yield (job["biz_type"], job["job_id"]), call, job
+
+
+def _about_one_job(path: str) -> bool:
+    """A create, or a call on one job (not a listing, `/v1/jobs?...`)."""
+    return path == "/v1/jobs" or path.startswith("/v1/jobs/")
 
 
 def _unknown_writes(calls: Iterable[Call]) -> Iterable[tuple[Identity, Call, int]]:

@@ -112,7 +112,8 @@ class Cluster:
         self.rng = random.Random(f"cluster/{seed}")
         self.store_faults = store_faults
         self.rabbit = Rabbit(history.note)
-        self.endpoints = Endpoints(seed, clock)
+        # The workload's deleted biz types (workload.RACED): dead jobs to replay.
+        self.endpoints = Endpoints(seed, clock, dying={"promo-": 0.3})
         history.callbacks = self.endpoints.callbacks
         self.mongo = FakeMongo(clock, store_faults, shuffle=random.Random(seed)) if mongo else None
         self.memory = None if mongo else MemoryStore(buckets=BUCKETS, retention_ms=RETENTION_MS)

@@ -178,10 +178,11 @@ class Workload:
 
     async def _deletes(self) -> None:
         """Rounds of: put a new biz type, give it a job or two, then delete it while
-        creates of its jobs race the delete (each a task of its own); a delete refused
-        (409: jobs still pending) is tried again a few times as they settle. A biz type
-        deleted stays deleted: a job accepted of it and left pending would be
-        republished for ever, which the checker looks for."""
+        creates of its jobs and replays of them race the delete (each a task of its
+        own); a delete refused (409: jobs still pending) is tried again a few times as
+        they settle; then a replay of its dead jobs. A biz type deleted
+        stays deleted: a job accepted of it and left pending would be republished for
+        ever, which the checker looks for."""
         clock, rng = self.cluster.clock, self._deleting
         end_ms = clock.now_ms() + self.duration_ms
         round_no = 0
@@ -201,14 +202,30 @@ class Workload:
                     self._create_raced(biz_type, rng.choice((0, 0, 0.001)))
                     for _ in range(rng.randint(1, 3))
                 ]
+                racers += [self._replay_raced(biz_type) for _ in range(rng.randint(0, 2))]
                 delete = self._delete_biz_type(biz_type, rng.choice((0, 0.001)))
                 results = await asyncio.gather(delete, *racers)
                 if results[0] == 204:
                     break
+            # Its dead jobs replayed, deleted or not: pending for ever, if let.
+            await clock.sleep(rng.uniform(0, 2))
+            listed = await self.cluster.call("GET", f"/v1/jobs?biz_type={biz_type}&state=dead")
+            if listed.status == 200:
+                for job in listed.answer["items"]:
+                    await self.cluster.call(
+                        "POST", "/v1/jobs/{}/{}/replay".format(biz_type, job["job_id"])
+                    )
 
     async def _delete_biz_type(self, biz_type: str, after_s: float) -> int:
         await self.cluster.clock.sleep(after_s)
         return (await self.cluster.call("DELETE", f"/v1/biz-types/{biz_type}")).status
+
+    async def _replay_raced(self, biz_type: str) -> int:
+        mine = sorted(i for i in self.raced if i[0] == biz_type)
+        if not mine:
+            return 0
+        identity = self._deleting.choice(mine)
+        return (await self.cluster.call("POST", "/v1/jobs/{}/{}/replay".format(*identity))).status
 
     async def _create_raced(self, biz_type: str, after_s: float) -> int:
         await self.cluster.clock.sleep(after_s)
