@@ -112,6 +112,7 @@ class Scanner:
         if self._term is None:
             return now + NOT_LEADER_RECHECK_MS  # a lease change sets `wake` sooner
         try:
+            await self._find_lost_claims()
             if self._resume_pending:
                 await self._resume()
             await self._refresh(now)
@@ -143,6 +144,9 @@ class Scanner:
         self._pace = ClaimPace(self.config.coalesce_ms)
         self._last_poll_ms = now
         self._saved_pointer: int | None = None
+        # Claims of this term that raised, (second, token), whose jobs are not found
+        # yet: a term's successor leaves them to its reconciler (their rounds are open).
+        self._lost_claims: list[tuple[int, str]] = []
 
     def _take_over(self, now: int, term: Term) -> None:
         self._reset(now)
@@ -386,13 +390,44 @@ class Scanner:
         token = await self._claims.take(term.fence)
         now = self._clock.now_ms()
         # Counted before the call: a claim whose reply is lost has applied all the
-        # same, and its jobs are the reconciler's to find (see `Reconciler.maybe_run`).
+        # same; should its jobs not be found by the token either (below), they are the
+        # reconciler's to find (see `Reconciler.maybe_run`).
         self.last_claim_ms = now
-        claimed, _ = await asyncio.gather(
-            self._scan.claim_due(second, upto_ms, token, term.fence, now, limit),
-            self._claims.prepare(term.fence),
-        )
+        try:
+            claimed, _ = await asyncio.gather(
+                self._scan.claim_due(second, upto_ms, token, term.fence, now, limit),
+                self._claims.prepare(term.fence),
+            )
+        except Exception:
+            # It may have applied all the same: a reply lost to a socket timeout or an
+            # election (a multi-document update is not a retryable write). Its jobs are
+            # found by the token at once and published, not left to the reconciler's
+            # timeout (issue 30, break 8). The error still ends the round: the second
+            # stays due, and its next claim takes what this one did not.
+            self._lost_claims.append((second, token))
+            await self._find_lost_claims()
+            raise
         return claimed
+
+    async def _find_lost_claims(self) -> None:
+        """Publish what the claims that raised claimed, each found by its token. One
+        whose read fails too is tried again next iteration, without holding up the
+        scan (the reconciler's timeout stays the backstop: its round is open)."""
+        while self._lost_claims:
+            second, token = self._lost_claims[0]
+            try:
+                found = await self._scan.find_claim(second, token)
+            except Exception as exc:
+                self._metrics.store_error("find_claim")
+                log.warning("finding a failed claim failed", extra={"error": repr(exc)})
+                return
+            self._lost_claims.pop(0)
+            log.warning(
+                "a claim failed; found by its token",
+                extra={"claim": token, "second": second, "jobs": len(found)},
+            )
+            if found:
+                await self._publish(found)
 
     async def _publish(self, claimed: list[Claimed]) -> None:
         term = self._term

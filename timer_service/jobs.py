@@ -272,6 +272,32 @@ def cancel(job: Job, now_ms: int) -> Change | None:
     )
 
 
+WITHDRAWN = "withdrawn: its biz type was deleted as this job was created or replayed"
+
+
+def withdraw(job: Job, now_ms: int) -> Change | None:
+    """pending | dispatched -> cancelled: a job whose create or replay found, after
+    writing it, that its biz type had been deleted meanwhile (the request is refused;
+    timer_service/biz_hold.py). Unlike a cancel it does not
+    wait for a callback that has started: that attempt, if any, goes out once and is
+    recorded (`outcome_after_cancel`), and no retry follows, since no broker would
+    consume one. None when the job is final already."""
+    if job.state not in ACTIVE_STATES:
+        return None
+    return Change(
+        Guard(ACTIVE_STATES),
+        MappingProxyType(
+            {
+                "state": JobState.CANCELLED,
+                "next_attempt_at": None,
+                "claim": None,
+                "last_error": WITHDRAWN,
+                "updated_at": now_ms,
+            }
+        ),
+    )
+
+
 def reschedule(job: Job, due_at: int, payload_json: str | None, now_ms: int) -> Change:
     """A pending job moves to `due_at` (and takes the new payload, if given)."""
     if job.state != JobState.PENDING:

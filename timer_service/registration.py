@@ -2,7 +2,9 @@
 
 It refuses jobs of unknown biz types and, for the API, the whole request when a biz
 type's registration quota is used up (`timer_service.quota`, 429); it creates the
-rest in one bulk store call,
+rest in one bulk store call, then reads their biz types again: a biz type deleted
+after the first check (break 7 of issue 30) has its jobs withdrawn and refused, and a
+delete still in progress is called off (docs/architecture.md, "Deleting a biz type");
 counts what was created (`timer_jobs_created_total`) and tells the listener
 (the in-process daemon of `dev`) which seconds got jobs.
 """
@@ -13,6 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from timer_service.biz_hold import deleted_meanwhile
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.metrics import Metrics
@@ -59,7 +62,7 @@ class Registrar:
         accepted = []
         for i, new in enumerate(news):
             if new.biz_type in unknown:
-                results[i] = InvalidInput(f"unknown biz type {new.biz_type!r}", ("biz_type",))
+                results[i] = _unknown(new.biz_type)
             else:
                 accepted.append(i)
         if accepted and self._quota is not None:
@@ -71,10 +74,21 @@ class Registrar:
                 raise
         if accepted:
             written = await self.jobs.create_jobs([news[i] for i in accepted], now_ms)
+            gone = await self._deleted_meanwhile(written, now_ms)
             for i, result in zip(accepted, written, strict=True):
-                results[i] = result
-            self._created(written)
+                biz_type = result.job.biz_type
+                results[i] = _unknown(biz_type) if biz_type in gone else result
+            self._created([r for r in written if r.job.biz_type not in gone])
         return [r for r in results if r is not None]
+
+    async def _deleted_meanwhile(self, written: Sequence[CreateResult], now_ms: int) -> set[str]:
+        """The biz types deleted between the first check and the write, with this
+        request's new jobs of them withdrawn (`timer_service.biz_hold`)."""
+        if self._biz_types is None:
+            return set()
+        names = {r.job.biz_type for r in written}
+        created = [r.job for r in written if r.status is CreateStatus.CREATED]
+        return await deleted_meanwhile(self._biz_types, self.jobs, names, created, now_ms)
 
     def _created(self, results: Sequence[CreateResult]) -> None:
         fresh = [r.job for r in results if r.status is CreateStatus.CREATED]
@@ -89,3 +103,7 @@ class Registrar:
             self._on_jobs_written(seconds)
         except Exception:  # the write is done; a failing listener never fails it
             log.exception("on_jobs_written listener failed")
+
+
+def _unknown(biz_type: str) -> InvalidInput:
+    return InvalidInput(f"unknown biz type {biz_type!r}", ("biz_type",))

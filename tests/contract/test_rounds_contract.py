@@ -54,3 +54,22 @@ async def test_opening_a_round_can_close_others_in_the_same_write(store: Store) 
     await store.rounds.open_round("c2", 1, NOW + 5, closing=["c1", "never-opened"])
     await store.scan.claim_due(s, NOW + 6000, "c2", 1, NOW + 5)  # b
     assert ids_of(await store.reconcile.find_unpublished(NOW + 10, 100)) == ["b"]
+
+
+async def test_a_claim_is_found_again_by_its_token(store: Store) -> None:
+    """What the scanner asks after a claim that raised (issue 30, break 8): the jobs
+    of that second still dispatched under the token, as the claim returns them."""
+    s = second_of(NOW + 5000)
+    await create(store, new("a"), new("b"), new("later", due_at=NOW + 5900))
+    claimed = await store.scan.claim_due(s, NOW + 5000, "c1", 1, NOW)
+    assert sorted(c.job_id for c in claimed) == ["a", "b"]
+
+    found = await store.scan.find_claim(s, "c1")
+
+    assert sorted((c.job_id, c.claim, c.bucket) for c in found) == sorted(
+        (c.job_id, c.claim, c.bucket) for c in claimed
+    )
+    assert await store.scan.find_claim(s, "c2") == []
+    assert await store.scan.find_claim(s + 1, "c1") == []
+    await store.jobs.cancel_job("orders", "a", NOW + 1)
+    assert [c.job_id for c in await store.scan.find_claim(s, "c1")] == ["b"]

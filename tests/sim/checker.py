@@ -19,6 +19,13 @@ from tests.sim.history import Call, History
 
 Identity = tuple[str, str]
 FINAL = ("delivered", "dead")
+# A job of a claim whose reply was lost fires within this of its due moment (or of the
+# fault): the claim is found by its token at once. Far below the reconcile timeout,
+# which is what it waited for before (issue 30, break 8).
+LOST_CLAIM_BOUND_MS = 2000
+# Another fault this close before a lost claim (or during its bound) may delay its jobs:
+# a killed broker's biz types are taken over within 7 s, a daemon's lease within 4 s.
+FAULT_MARGIN_MS = 8000
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,14 @@ def _job_calls(calls: Iterable[Call]) -> Iterable[tuple[Identity, Call, dict[str
                 if result["status"] in (200, 201):
                     job = result["job"]
                     yield (job["biz_type"], job["job_id"]), call, job
-        elif call.path.startswith("/v1/jobs") and call.status in (200, 201):
+        elif _about_one_job(call.path) and call.status in (200, 201):
             job = call.answer
             yield (job["biz_type"], job["job_id"]), call, job
+
+
+def _about_one_job(path: str) -> bool:
+    """A create, or a call on one job (not a listing, `/v1/jobs?...`)."""
+    return path == "/v1/jobs" or path.startswith("/v1/jobs/")
 
 
 def _unknown_writes(calls: Iterable[Call]) -> Iterable[tuple[Identity, Call, int]]:
@@ -242,6 +254,98 @@ class Checker:
             ):
                 found.append(Violation("at least once", identity, "delivered, never answered 2xx"))
         return found
+
+    def deleted_biz_types(self, final: dict[Identity, dict[str, Any]]) -> list[Violation]:
+        """A biz type deleted (204) had no pending or dispatched job then, and none can
+        be accepted after: a create racing the delete either was accepted before it (and
+        the delete answered 409) or was refused. So every accepted job of a biz type
+        deleted at the end is final: one left pending or dispatched would be
+        republished for ever into a queue nobody consumes."""
+        deleted = self._deleted_at_end()
+        found = []
+        for identity in sorted(self.accepted):
+            if identity[0] not in deleted:
+                continue
+            job = final.get(identity)
+            state = None if job is None else job["state"]
+            if state not in (*FINAL, "cancelled"):
+                found.append(
+                    Violation(
+                        "deleted biz type",
+                        identity,
+                        f"{state} after its biz type was deleted at {deleted[identity[0]]}",
+                    )
+                )
+        return found
+
+    def _deleted_at_end(self) -> dict[str, int]:
+        """The biz types whose last successful put or delete was a delete: when."""
+        last: dict[str, tuple[str, int]] = {}
+        for call in sorted(self.history.calls, key=lambda c: c.ended_ms):
+            if not call.path.startswith("/v1/biz-types/") or call.status not in (200, 201, 204):
+                continue
+            if call.method in ("PUT", "DELETE"):
+                last[call.path.rsplit("/", 1)[1]] = (call.method, call.ended_ms)
+        return {b: at for b, (method, at) in last.items() if method == "DELETE"}
+
+    def lost_claims_on_time(self, reconcile_after_ms: int) -> list[Violation]:
+        """A claim whose reply was lost costs no more than a retry: its jobs are found
+        by the claim's token at once, not by the reconciler after its timeout
+        (docs/architecture.md, "Across a replica-set election"), so each fires within
+        `LOST_CLAIM_BOUND_MS` of its due moment (or of the fault, if later). Passed
+        over: a job whose biz type is rate limited or paused meanwhile, that was
+        cancelled, rescheduled or replayed meanwhile, or near another fault."""
+        assert LOST_CLAIM_BOUND_MS < reconcile_after_ms / 4, "a bound far below the timeout"
+        found = []
+        for lost in self.history.lost_claims:
+            for identity, due_ms in lost.jobs:
+                deadline = max(lost.at_ms, due_ms) + LOST_CLAIM_BOUND_MS
+                sent = [
+                    cb.sent_ms
+                    for cb in self.callbacks.get(identity, [])
+                    if lost.at_ms <= cb.sent_ms <= deadline
+                ]
+                if sent or self._excused(identity, lost.at_ms, deadline):
+                    continue
+                later = [cb.sent_ms for cb in self.callbacks.get(identity, [])]
+                first = min((t for t in later if t > deadline), default=None)
+                when = "never" if first is None else f"{first - max(lost.at_ms, due_ms)} ms late"
+                found.append(
+                    Violation(
+                        "lost claim on time",
+                        identity,
+                        f"claimed by {lost.token} at {lost.at_ms}, reply lost; called back {when}",
+                    )
+                )
+        return found
+
+    def _excused(self, identity: Identity, from_ms: int, to_ms: int) -> bool:
+        if identity[0] in self.rates:
+            return True
+        if self.cancels.get(identity, to_ms + 1) <= to_ms:
+            return True
+        if any(from_ms <= w.started_ms <= to_ms for w in self.writes.get(identity, [])):
+            return True
+        others = [f for f in self.history.faults if f.kind != "lost-claim"]
+        if any(from_ms - FAULT_MARGIN_MS <= f.at_ms <= to_ms for f in others):
+            return True
+        return any(a <= to_ms and b >= from_ms for a, b in self._paused(identity[0]))
+
+    def _paused(self, biz_type: str) -> list[tuple[int, int]]:
+        """When the biz type may have been paused: from a pause asked (whatever its
+        answer) to the answer of the next resume that succeeded."""
+        spans, since = [], None
+        for call in self.history.calls:
+            if call.method != "PATCH" or call.path != f"/v1/biz-types/{biz_type}":
+                continue
+            if call.body.get("paused") is True and since is None:
+                since = call.started_ms
+            elif call.body.get("paused") is False and call.status == 200 and since is not None:
+                spans.append((since, call.ended_ms))
+                since = None
+        if since is not None:
+            spans.append((since, 2**62))
+        return spans
 
     def one_document(self, documents: Iterable[dict[str, Any]]) -> list[Violation]:
         """One job document per identity in the store; every accepted job has one."""

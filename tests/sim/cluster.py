@@ -112,7 +112,8 @@ class Cluster:
         self.rng = random.Random(f"cluster/{seed}")
         self.store_faults = store_faults
         self.rabbit = Rabbit(history.note)
-        self.endpoints = Endpoints(seed, clock)
+        # The workload's deleted biz types (workload.RACED): dead jobs to replay.
+        self.endpoints = Endpoints(seed, clock, dying={"promo-": 0.3})
         history.callbacks = self.endpoints.callbacks
         self.mongo = FakeMongo(clock, store_faults, shuffle=random.Random(seed)) if mongo else None
         self.memory = None if mongo else MemoryStore(buckets=BUCKETS, retention_ms=RETENTION_MS)
@@ -242,7 +243,7 @@ class Cluster:
         """The faults are over: every frozen process resumes, every lost connection
         comes back, every slot down starts again; the store answers every command."""
         if self.store_faults is not None:
-            self.store_faults.on = False
+            self.store_faults.on = self.store_faults.claims_on = False
         for slot in self.slots:
             self.thaw(slot)
             self.restore_queue(slot)

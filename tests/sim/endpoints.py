@@ -39,14 +39,27 @@ class Callback:
 class Endpoints:
     """Every endpoint of the run: one log of callbacks, one plan of answers."""
 
-    def __init__(self, seed: int, clock: Clock, *, failing: float = 0.25) -> None:
+    def __init__(
+        self,
+        seed: int,
+        clock: Clock,
+        *,
+        failing: float = 0.25,
+        dying: dict[str, float] | None = None,
+    ) -> None:
         self.seed = seed
         self.clock = clock  # the true one, whatever a broker's host clock says
         self.failing = failing  # share of attempts that do not answer 2xx
+        # Biz type prefix -> share of its jobs whose first attempt answers 400 (dead at
+        # once): jobs for the workload to replay.
+        self.dying = dying or {}
         self.callbacks: list[Callback] = []
 
     def answer(self, biz_type: str, job_id: str, attempt: int) -> int | None:
         rng = random.Random(f"{self.seed}/{biz_type}/{job_id}/{attempt}")
+        dying = next((p for prefix, p in self.dying.items() if biz_type.startswith(prefix)), 0)
+        if attempt == 1 and dying and rng.random() < dying:
+            return 400
         if attempt >= 4 or rng.random() >= self.failing:
             return 200
         return rng.choice((500, 503, 429, 429, 400, None))

@@ -36,12 +36,23 @@ class Fault:
 
 
 @dataclass
+class LostClaim:
+    """A claim whose reply was lost after it applied: when, its token, and the jobs it
+    claimed, each with the moment it was due to fire."""
+
+    at_ms: int
+    token: str
+    jobs: list[tuple[tuple[str, str], int]]
+
+
+@dataclass
 class History:
     clock: Clock
     calls: list[Call] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     callbacks: list[Callback] = field(default_factory=list)
     notes: list[tuple[int, str]] = field(default_factory=list)
+    lost_claims: list[LostClaim] = field(default_factory=list)
 
     def fault(self, kind: str, process: str) -> None:
         self.faults.append(Fault(self.clock.now_ms(), kind, process))

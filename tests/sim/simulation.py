@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.sim.checker import Checker, Identity, Violation
-from tests.sim.cluster import Cluster
+from tests.sim.cluster import Cluster, sim_settings
 from tests.sim.faults import Faults
 from tests.sim.history import History
 from tests.sim.loop import SeededLoop, run
@@ -36,6 +36,12 @@ class Options:
     # Host wall-clock steps: off by default while the skew guard lets a step forward
     # make callbacks early (issue 30, break 6; test_simulation's known_bug seed).
     clock_steps: bool = False
+    # Each claim loses its reply with this probability until the faults end, beside
+    # the other faults (the windows of store faults lose some claims' replies too). With
+    # no other fault (`faults_every_s=0`) the checker holds a lost claim's jobs to a
+    # bound (`Checker.lost_claims_on_time`); near another fault it passes them over.
+    # Only with `mongo`.
+    lose_claims: float = 0.0
 
 
 @dataclass
@@ -64,13 +70,19 @@ async def _simulate(seed: int, options: Options) -> Outcome:
     assert isinstance(loop, SeededLoop)
     clock = FakeClock()
     history = History(clock)
-    faults_plan: StoreFaults | None = store_faults(seed, history) if options.mongo else None
+    faults_plan: StoreFaults | None = None
+    if options.mongo:
+        faults_plan = store_faults(seed, history, lose_claim=options.lose_claims)
     cluster = Cluster(seed, loop, clock, history, mongo=options.mongo, store_faults=faults_plan)
+    if faults_plan is not None and cluster.mongo is not None:
+        faults_plan.engine = cluster.mongo.engine
     await cluster.setup()
     await cluster.start_all()
     workload = Workload(cluster, seed, duration_ms=options.duration_ms, jobs=options.jobs)
     await cluster.drive(workload.setup())
     parts = [workload.run()]
+    if faults_plan is not None and options.lose_claims > 0:
+        faults_plan.claims_on = True  # until the cluster heals
     if options.faults_every_s > 0:
         faults = Faults(
             cluster,
@@ -92,7 +104,10 @@ async def _simulate(seed: int, options: Options) -> Outcome:
         if lim["rate_limit_per_s"]
     }
     checker = Checker(history, rates)
-    violations = checker.during_run() + checker.at_least_once(final)
+    violations = (
+        checker.during_run() + checker.at_least_once(final) + checker.deleted_biz_types(final)
+    )
+    violations += checker.lost_claims_on_time(sim_settings().reconcile_after_ms)
     if cluster.mongo is not None:
         violations += checker.one_document(cluster.job_documents())
     await cluster.drive(cluster.shutdown())
@@ -101,7 +116,7 @@ async def _simulate(seed: int, options: Options) -> Outcome:
 
 async def _final_states(cluster: Cluster, workload: Workload) -> dict[Identity, dict[str, Any]]:
     final = {}
-    for identity in sorted(workload.created):
+    for identity in sorted(workload.created.keys() | workload.raced.keys()):
         call = await cluster.call("GET", "/v1/jobs/{}/{}".format(*identity))
         if call.status == 200:
             final[identity] = call.answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.sim.checker import Checker
 from tests.sim.endpoints import Callback
-from tests.sim.history import Call, Fault, History
+from tests.sim.history import Call, Fault, History, LostClaim
 from timer_service.clock import FakeClock
 
 T0 = 1_767_225_600_000
@@ -60,3 +60,27 @@ def test_a_retry_before_its_retry_after_is_caught() -> None:
 def test_an_accepted_job_left_pending_is_caught() -> None:
     found = Checker(history(), {}).at_least_once({("orders", "j1"): {"state": "pending"}})
     assert [v.promise for v in found] == ["at least once"], found
+
+
+def test_an_accepted_job_of_a_biz_type_deleted_at_the_end_must_be_final() -> None:
+    h = history()
+    h.calls.append(Call("DELETE", "/v1/biz-types/orders", None, T0 + 10, T0 + 11, 204, None))
+    found = Checker(h, {}).deleted_biz_types({("orders", "j1"): {"state": "dispatched"}})
+    assert [v.promise for v in found] == ["deleted biz type"], found
+    assert Checker(h, {}).deleted_biz_types({("orders", "j1"): {"state": "delivered"}}) == []
+    put = {"callback_url": "http://orders.example/cb"}
+    h.calls.append(Call("PUT", "/v1/biz-types/orders", put, T0 + 20, T0 + 21, 201, put))
+    assert Checker(h, {}).deleted_biz_types({("orders", "j1"): {"state": "pending"}}) == []
+
+
+def test_a_lost_claim_s_job_called_back_at_the_reconcile_timeout_is_caught() -> None:
+    late = history(sent(9000))  # due at 1000, its claim's reply lost at 400
+    late.lost_claims.append(LostClaim(T0 + 400, "c1", [(("orders", "j1"), T0 + 1000)]))
+    found = Checker(late, {}).lost_claims_on_time(10_000)
+    assert [v.promise for v in found] == ["lost claim on time"], found
+    on_time = history(sent(1000))
+    on_time.lost_claims.extend(late.lost_claims)
+    assert Checker(on_time, {}).lost_claims_on_time(10_000) == []
+    crashed = history(sent(9000), faults=(Fault(T0 + 300, "crash", "broker-1#1"),))
+    crashed.lost_claims.extend(late.lost_claims)
+    assert Checker(crashed, {}).lost_claims_on_time(10_000) == [], "another fault excuses it"

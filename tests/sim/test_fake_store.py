@@ -11,9 +11,14 @@ import pytest
 from tests.contract.stores import NOW, create, new
 from tests.sim.fake_store import fake_mongo_store
 from tests.sim.fakemongo import FakeMongo, FaultPlan, LoseReply, Stall
+from tests.sim.store_faults import is_claim
+from tests.unit.daemon_harness import Harness, run_until
 from timer_service.clock import FakeClock
-from timer_service.errors import StoreUnavailable
-from timer_service.model import JobState, second_of
+from timer_service.errors import Conflict, StoreUnavailable
+from timer_service.jobs import CreateResult, CreateStatus
+from timer_service.metrics import Metrics
+from timer_service.model import BizType, JobState, second_of
+from timer_service.registration import Registrar
 from timer_service.store.mongo import MongoStore
 
 S = second_of(NOW + 5000)
@@ -71,3 +76,49 @@ async def test_a_repeated_create_during_a_reschedule_leaves_one_job() -> None:
     stall.release()
     await retry
     assert len(stored(server, "orders/a")) == 1, stored(server, "orders/a")
+
+
+async def test_a_create_between_a_delete_s_look_and_its_last_step_calls_it_off() -> None:
+    """Break 7 (issue 30), the interleaving the contract suite cannot place: the delete
+    marked the biz type and found no job; a create wrote its job, then read the biz
+    type, found the mark and took it away; the delete's last step, conditional on its
+    mark, misses and answers 409. The job was accepted and its biz type stays."""
+    plan = FaultPlan()
+    server = FakeMongo(FakeClock(NOW), faults=plan)
+    store = await started(server)
+    await store.biz_types.put_biz_type(BizType("orders", "http://x/", created_at=1, updated_at=1))
+    stall = Stall()
+    plan.add(stall, name="delete_one", collection="biz_types")
+    delete = asyncio.create_task(store.biz_types.delete_biz_type("orders"))
+    await stall.reached.wait()
+
+    registrar = Registrar(store.jobs, Metrics(), biz_types=store.biz_types)
+    [result] = await registrar.register([new("a")], NOW)
+    stall.release()
+
+    with pytest.raises(Conflict):
+        await delete
+    assert isinstance(result, CreateResult) and result.status == CreateStatus.CREATED, result
+    assert await store.biz_types.get_biz_type("orders") is not None
+    [doc] = server.engine.dbs["timer"]["biz_types"].docs.values()
+    assert "deleting" not in doc, doc
+    assert stored(server, "orders/a") == [(f"jobs_b{S % 60}", JobState.PENDING.value)]
+
+
+async def test_a_claim_whose_reply_was_lost_is_published_by_its_token_at_once() -> None:
+    """Break 8 (issue 30): the claim's `update_many` applied and its reply was lost (a
+    multi-document update is not a retryable write). The daemon finds the claim by its
+    token at once and publishes it before the job is due; before, the job waited for
+    the reconciler's timeout (a minute here) and went out that late."""
+    clock = FakeClock(NOW)
+    plan = FaultPlan()
+    server = FakeMongo(clock, faults=plan)
+    store = await started(server)
+    h = Harness(store, clock, watch=False, reconcile_after_ms=60_000)  # type: ignore[arg-type]
+    due = NOW + 10_000
+    await create(store, new("a", due_at=due))
+    rule = plan.add(LoseReply(), name="update_many", collection="jobs_b*", when=is_claim)
+    await run_until(due, h, through_faults=True)
+    assert rule.hits == 1, "the claim's reply was not lost"
+    times = h.queue.times("a")
+    assert len(times) == 1 and times[0] <= due, f"expected one publish by {due}: {times}"

@@ -1,6 +1,7 @@
 """What the businesses ask of the service during a run, drawn from the seed: creates
 (single, batch, and identical repeats, as a client's safe retry), cancels close to the
-due moment, reschedules, replays of dead jobs, a biz type paused and resumed.
+due moment, reschedules, replays of dead jobs, a biz type paused and resumed, and biz
+types deleted while creates race the delete.
 
 Each business is a task of its own in the "world" process, so that its requests
 interleave with the service's work and with each other.
@@ -23,10 +24,13 @@ BIZ_TYPES: dict[str, dict[str, Any]] = {
 RETRY = {"max_attempts": 5, "initial_backoff_ms": 500, "max_backoff_ms": 2000, "multiplier": 2}
 TIMEOUT_MS = 1000
 HERD = 15
+# Each round of `_deletes` puts a new biz type of this prefix, then deletes it while
+# creates of its jobs race the delete; once deleted it stays so.
+RACED = "promo-"
 
 
 def biz_body(biz_type: str) -> dict[str, Any]:
-    limits = BIZ_TYPES[biz_type]
+    limits = BIZ_TYPES.get(biz_type, {"rate_limit_per_s": None, "burst": 1})
     return {
         "callback_url": f"http://{biz_type}.example/cb",
         "rate_limit_per_s": limits["rate_limit_per_s"],
@@ -43,6 +47,11 @@ class Workload:
         self.duration_ms = duration_ms
         self.jobs = jobs
         self.created: dict[tuple[str, str], dict[str, Any]] = {}  # identity -> create body
+        self.raced: dict[tuple[str, str], dict[str, Any]] = {}  # the racing creates' jobs
+        # The deletes draw from a generator and name jobs of their own, so that adding
+        # them left the other requests of a seed as they were.
+        self._deleting = random.Random(f"deletes/{seed}")
+        self._raced_ids = 0
         self._ids = 0
 
     async def setup(self) -> None:
@@ -55,6 +64,7 @@ class Workload:
     async def run(self) -> None:
         tasks = [asyncio.create_task(self._client(i)) for i in range(3)]
         tasks.append(asyncio.create_task(self._pauses()))
+        tasks.append(asyncio.create_task(self._deletes()))
         await asyncio.gather(*tasks)
 
     def _new_job(self) -> dict[str, Any]:
@@ -165,3 +175,64 @@ class Workload:
                 await self.cluster.call("PATCH", "/v1/biz-types/coupons", {"paused": False})
             ).status != 200:
                 await clock.sleep(0.5)
+
+    async def _deletes(self) -> None:
+        """Rounds of: put a new biz type, give it a job or two, then delete it while
+        creates of its jobs and replays of them race the delete (each a task of its
+        own); a delete refused (409: jobs still pending) is tried again a few times as
+        they settle; then a replay of its dead jobs. A biz type deleted
+        stays deleted: a job accepted of it and left pending would be republished for
+        ever, which the checker looks for."""
+        clock, rng = self.cluster.clock, self._deleting
+        end_ms = clock.now_ms() + self.duration_ms
+        round_no = 0
+        while clock.now_ms() < end_ms:
+            await clock.sleep(rng.uniform(1, 6))
+            round_no += 1
+            biz_type = f"{RACED}{round_no}"
+            put = await self.cluster.call("PUT", f"/v1/biz-types/{biz_type}", biz_body(biz_type))
+            if put.status not in (200, 201):
+                continue
+            for _ in range(rng.randint(0, 2)):
+                await self._create_raced(biz_type, 0.0)
+            for _ in range(rng.randint(1, 3)):
+                await clock.sleep(rng.uniform(2, 8))  # what it has settles first
+                # At one virtual moment: the seeded loop interleaves their commands.
+                racers = [
+                    self._create_raced(biz_type, rng.choice((0, 0, 0.001)))
+                    for _ in range(rng.randint(1, 3))
+                ]
+                racers += [self._replay_raced(biz_type) for _ in range(rng.randint(0, 2))]
+                delete = self._delete_biz_type(biz_type, rng.choice((0, 0.001)))
+                results = await asyncio.gather(delete, *racers)
+                if results[0] == 204:
+                    break
+            # Its dead jobs replayed, deleted or not: pending for ever, if let.
+            await clock.sleep(rng.uniform(0, 2))
+            listed = await self.cluster.call("GET", f"/v1/jobs?biz_type={biz_type}&state=dead")
+            if listed.status == 200:
+                for job in listed.answer["items"]:
+                    await self.cluster.call(
+                        "POST", "/v1/jobs/{}/{}/replay".format(biz_type, job["job_id"])
+                    )
+
+    async def _delete_biz_type(self, biz_type: str, after_s: float) -> int:
+        await self.cluster.clock.sleep(after_s)
+        return (await self.cluster.call("DELETE", f"/v1/biz-types/{biz_type}")).status
+
+    async def _replay_raced(self, biz_type: str) -> int:
+        mine = sorted(i for i in self.raced if i[0] == biz_type)
+        if not mine:
+            return 0
+        identity = self._deleting.choice(mine)
+        return (await self.cluster.call("POST", "/v1/jobs/{}/{}/replay".format(*identity))).status
+
+    async def _create_raced(self, biz_type: str, after_s: float) -> int:
+        await self.cluster.clock.sleep(after_s)
+        self._raced_ids += 1
+        due_at = self.cluster.clock.now_ms() + self._deleting.choice((0, 300, 2000, 5000))
+        body = {"biz_type": biz_type, "job_id": f"r{self._raced_ids}", "due_at": due_at}
+        call = await self.cluster.call("POST", "/v1/jobs", body)
+        if call.status in (200, 201):
+            self.raced[(biz_type, body["job_id"])] = body
+        return call.status

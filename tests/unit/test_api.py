@@ -455,6 +455,20 @@ async def test_replay_dead_job(api: Api) -> None:
     expect(await api.request("POST", "/v1/jobs/orders/none/replay"), 404)
 
 
+async def test_replay_of_a_deleted_biz_type_s_dead_job_is_404_and_changes_nothing(
+    api: Api,
+) -> None:
+    """Dead jobs do not block a delete; replayed, one would be pending for ever, with
+    no broker consuming its biz type (issue 30, break 7's sibling)."""
+    expect(await api.create(biz_type="orders", job_id="a", due_at=NOW), 201)
+    await finish(api.store, "orders", "a", OutcomeKind.DEAD)
+    expect(await api.request("DELETE", "/v1/biz-types/orders"), 204)
+    before = await api.snapshot()
+    problem = expect(await api.request("POST", "/v1/jobs/orders/a/replay"), 404)
+    assert "biz type" in problem["detail"], problem
+    assert await api.snapshot() == before
+
+
 async def test_replay_delivered_job_is_409(api: Api) -> None:
     expect(await api.create(biz_type="orders", job_id="a", due_at=NOW), 201)
     await finish(api.store, "orders", "a", OutcomeKind.DELIVERED)

@@ -83,15 +83,36 @@ async def test_a_pending_job_without_an_index_entry_is_found_and_sent(
 RECONCILE_AFTER_MS = 60_000
 
 
-async def test_a_claim_whose_reply_was_lost_is_republished_by_an_idle_daemon(
+async def test_a_claim_whose_reply_was_lost_is_found_by_its_token_at_once(
     clock: FakeClock,
 ) -> None:
+    """Issue 30, break 8: the claim applied, the daemon heard an error. Its jobs are
+    found by the claim's token at once and published on time, not by the reconciler
+    a timeout later."""
+    store = FaultyStore(MemoryStore(buckets=60))
+    h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)  # type: ignore[arg-type]
+    start = clock.now_ms()
+    due = start + 300_000
+    await create(store, start, ("lonely", due))  # type: ignore[arg-type]
+    store.fail("claim_due", when="after")  # the claim applies; the daemon sees an error
+    await run_until(due, h, through_faults=True)
+    assert store.injected_count("claim_due", "after") == 1, "the fault was not injected"
+    times = h.queue.times("lonely")
+    assert len(times) == 1 and times[0] <= due, f"expected one publish before {due}: {times}"
+
+
+async def test_a_lost_claim_whose_token_cannot_be_read_is_republished_by_an_idle_daemon(
+    clock: FakeClock,
+) -> None:
+    """The backstop: the claim's reply lost and every read by its token failing too, the
+    reconciler republishes the job within 1.5 timeouts, however idle the daemon."""
     store = FaultyStore(MemoryStore(buckets=60))
     h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)  # type: ignore[arg-type]
     start = clock.now_ms()
     due = start + 300_000  # long after the takeover's own sweeps have stopped
     await create(store, start, ("lonely", due))  # type: ignore[arg-type]
-    store.fail("claim_due", when="after")  # the claim applies; the daemon sees an error
+    store.fail("claim_due", when="after")
+    store.fail("find_claim", times=None)
     await run_until(due - 500, h, through_faults=True)
     assert store.injected_count("claim_due", "after") == 1, "the fault was not injected"
     job = await store.jobs.get_job(BIZ, "lonely")
@@ -111,7 +132,8 @@ async def test_a_reclaim_whose_reply_was_lost_is_republished_too(clock: FakeCloc
     due = start + 300_000
     await create(store, start, ("lonely", due))  # type: ignore[arg-type]
     store.fail("claim_due", when="after")
-    store.fail("reclaim", when="after")  # the reconciler's repair is lost the same way
+    store.fail("find_claim", times=None)  # so that the reconciler's repair is needed
+    store.fail("reclaim", when="after")  # and is lost the same way
     await run_until(due + 4 * RECONCILE_AFTER_MS, h, through_faults=True)
     assert store.injected_count("reclaim", "after") == 1, "the fault was not injected"
     assert h.queue.times("lonely"), "the lost reclaim stayed dispatched and unpublished"

@@ -219,6 +219,11 @@ async def get_biz_type(biz_type: BizTypePath, ctx: Context) -> Response:
 @router.delete(
     "/biz-types/{biz_type}",
     summary="Delete a biz type that has no pending or dispatched jobs",
+    description=(
+        "409 while it has pending or dispatched jobs, or when a create of its jobs raced"
+        " the delete and got in first. A create racing a delete is either accepted first"
+        " (and the delete answers 409) or refused with 422, never both a 201 and a 204."
+    ),
     status_code=204,
     response_class=Response,
     responses=problems(404, 409, 422),

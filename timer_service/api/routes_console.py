@@ -30,6 +30,7 @@ from timer_service.api.context import ApiContext, Context, SchedulerDep
 from timer_service.api.docs import json_body, problems
 from timer_service.api.problems import Problem
 from timer_service.audit import AuditAction
+from timer_service.biz_hold import deleted_meanwhile
 from timer_service.bulk import BulkRequest, run_bulk
 from timer_service.constants import BIZ_TYPE_PATTERN, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 from timer_service.errors import InvalidInput
@@ -82,6 +83,12 @@ async def bulk(
         result = await run_bulk(ctx.store.console, bulk_request, now)
     except InvalidInput as exc:
         raise Problem.invalid(["body", *exc.loc], str(exc)) from None
+    if action is BulkAction.REPLAY and result.changed:
+        revived = [*result.changed]
+        if await deleted_meanwhile(
+            ctx.store.biz_types, ctx.store.jobs, [given.biz_type], revived, now
+        ):
+            raise Problem(404, f"No biz type {given.biz_type!r}.")
     if not result.dry_run:
         await ctx.audit(
             request,

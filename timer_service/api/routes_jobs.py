@@ -28,6 +28,7 @@ from timer_service.api.schemas import (
     JobPatchIn,
 )
 from timer_service.audit import AuditAction
+from timer_service.biz_hold import deleted_meanwhile
 from timer_service.constants import (
     BIZ_TYPE_PATTERN,
     BIZ_TYPE_RE,
@@ -268,6 +269,7 @@ async def reschedule_job(
 @router.post(
     "/jobs/{biz_type}/{job_id}/replay",
     summary="Make a dead job pending again, now, with a fresh attempt budget",
+    description="404 for an unknown job, or a biz type that is deleted (or deleted meanwhile).",
     response_model=JobOut,
     responses=problems(404, 409, 422),
     dependencies=[requires(Role.OPERATOR, "path")],
@@ -275,8 +277,13 @@ async def reschedule_job(
 async def replay_job(
     ctx: Context, biz_type: BizTypePath, job_id: JobIdPath, request: Request
 ) -> Response:
+    # A dead job of a deleted biz type stays dead: replayed, nobody would consume it.
+    if await ctx.store.biz_types.get_biz_type(biz_type) is None:
+        raise Problem(404, f"No biz type {biz_type!r}.")
     now = ctx.clock.now_ms()
     job = await ctx.store.jobs.replay_job(biz_type, job_id, now)
+    if await deleted_meanwhile(ctx.store.biz_types, ctx.store.jobs, [biz_type], [job], now):
+        raise Problem(404, f"No biz type {biz_type!r}.")
     await ctx.audit(request, AuditAction.JOB_REPLAY, biz_type, job_id=job_id)
     ctx.jobs_written([(job.next_attempt_at or now) // 1000])
     return job_response(job)

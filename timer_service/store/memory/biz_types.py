@@ -36,6 +36,10 @@ class MemoryBizTypes:
     async def list_biz_types(self) -> list[BizType]:
         return [self._s.biz[k] for k in sorted(self._s.biz)]
 
+    async def keep_biz_types(self, names: Sequence[str]) -> set[str]:
+        # A delete here is one step (no await): none is ever in progress to call off.
+        return {n for n in names if n in self._s.biz}
+
     async def delete_biz_type(self, name: str) -> bool:
         if name not in self._s.biz:
             return False

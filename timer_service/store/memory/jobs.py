@@ -50,6 +50,13 @@ class MemoryJobs:
         change = machine.replay(job, now_ms)
         return job if change is None else self._apply(job, change)
 
+    async def withdraw_jobs(self, jobs: Sequence[Job], now_ms: int) -> None:
+        for written in jobs:
+            job = self._s.job(written.biz_type, written.job_id)
+            change = None if job is None else machine.withdraw(job, now_ms)
+            if job is not None and change is not None:
+                self._apply(job, change)
+
     def _existing(self, biz_type: str, job_id: str) -> Job:
         job = self._s.jobs.get(job_key(biz_type, job_id))
         if job is None:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Claimed, SecondEntry
+from timer_service.model import JobState
 from timer_service.partitions import second_of_slot, slot
 from timer_service.store.memory.scope import Scoped
 
@@ -78,6 +79,20 @@ class MemoryScan(Scoped):
             if changed is not None:
                 claimed.append(replace(machine.claimed(changed, second), bucket=home[key]))
         return claimed
+
+    async def find_claim(self, second: int, claim: str) -> list[Claimed]:
+        # A rare call (after a claim that raised): a walk of the jobs, no index kept.
+        home, seconds = self._s.home, self._s.second_of_job
+        mine = [
+            (key, job)
+            for key, job in self._s.jobs.items()
+            if job.claim == claim and job.state == JobState.DISPATCHED
+        ]
+        return [
+            replace(machine.claimed(job, second), bucket=home[key])
+            for key, job in mine
+            if seconds.get(key) == second
+        ]
 
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         released = True

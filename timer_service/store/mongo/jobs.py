@@ -225,6 +225,21 @@ class MongoJobs:
                 return applied
         raise Conflict("the job kept changing; try again")
 
+    async def withdraw_jobs(self, jobs: Sequence[Job], now_ms: int) -> None:
+        for written in jobs:  # rare (a create that lost to a delete): one at a time
+            for _ in range(_CHANGE_RETRIES):
+                try:
+                    loc, doc = await self._locate(written.biz_type, written.job_id)
+                except NotFound:
+                    break
+                change = machine.withdraw(doc_to_job(doc), now_ms)
+                if change is None:
+                    break
+                if await self._apply_in_place(loc, doc, change, now_ms) is not None:
+                    break
+            else:
+                raise Conflict("the job kept changing; try again")
+
     async def _apply_in_place(
         self, loc: Doc, doc: Doc, change: machine.Change, now_ms: int
     ) -> Job | None:

@@ -32,6 +32,7 @@ from timer_service.store.mongo.scope import Scope, Scoped
 log = logging.getLogger(__name__)
 
 _NAMED_KEPT = 100_000  # seconds whose buckets a scanner remembers (a few MB at most)
+_CLAIMS_KEPT = 64  # recent claims whose buckets a scanner remembers (one claim at a time)
 
 
 class MongoScan(Scoped):
@@ -46,6 +47,9 @@ class MongoScan(Scoped):
         # later has a new version, so the daemon loads the second again before it
         # may release it, and the load reads the list again.
         self._named: dict[int, list[int]] = {}
+        # The buckets each recent claim went to, for `find_claim`: a load since then
+        # may have taken a bucket off the entry (its jobs no longer pending: claimed).
+        self._claimed_in: dict[str, list[int]] = {}
 
     def own(self, partitions: Collection[int] | None) -> None:
         """Scope every later call of the daemon's ports to these partitions (the
@@ -148,6 +152,9 @@ class MongoScan(Scoped):
         limit: int | None = None,
     ) -> list[Claimed]:
         buckets = await self._buckets_of(second)  # nearly always one: the second's own
+        if len(self._claimed_in) >= _CLAIMS_KEPT:
+            del self._claimed_in[next(iter(self._claimed_in))]
+        self._claimed_in[claim] = buckets
         if limit is None:  # side by side
             found = await asyncio.gather(
                 *(self._claim_in(b, second, upto_ms, claim, fence, now_ms, None) for b in buckets)
@@ -192,6 +199,18 @@ class MongoScan(Scoped):
         docs = await found.to_list(None)
         return [
             replace(machine.claimed(doc_to_job(d), d["second"], carry=True), bucket=b) for d in docs
+        ]
+
+    async def find_claim(self, second: int, claim: str) -> list[Claimed]:
+        buckets = self._claimed_in.get(claim) or await self._buckets_of(second)
+        mine = self._scoped({"second": second, "claim": claim, "state": JobState.DISPATCHED.value})
+        found = await asyncio.gather(
+            *(self._l.buckets[b].find(mine, CLAIM_PROJECTION).to_list(None) for b in buckets)
+        )
+        return [
+            replace(machine.claimed(doc_to_job(d), d["second"], carry=True), bucket=b)
+            for b, docs in zip(buckets, found, strict=True)
+            for d in docs
         ]
 
     @staticmethod

@@ -1,4 +1,9 @@
-"""Biz types: written by the API, read by the API, the daemon and the broker."""
+"""Biz types: written by the API, read by the API, the daemon and the broker.
+
+A delete and a create of the biz type's jobs each write, then read what the other
+writes: the delete marks the biz type, then looks for its jobs; a create writes its
+jobs, then reads its biz types again (`keep_biz_types`). Whatever the interleaving,
+one of them sees the other (docs/architecture.md, "Deleting a biz type")."""
 
 from __future__ import annotations
 
@@ -26,5 +31,12 @@ class BizTypesPort(Protocol):
     async def list_biz_types(self) -> list[BizType]: ...
 
     async def delete_biz_type(self, name: str) -> bool:
-        """False when unknown. Raises Conflict while it has pending or dispatched jobs."""
+        """False when unknown. Raises Conflict while it has pending or dispatched jobs,
+        or when a create of its jobs called the delete off meanwhile."""
+        ...
+
+    async def keep_biz_types(self, names: Sequence[str]) -> set[str]:
+        """Those of `names` that exist, each with any delete in progress called off (it
+        then raises Conflict): what a create asks after writing its jobs. A name not
+        returned was deleted: the create withdraws its jobs of it."""
         ...

@@ -36,3 +36,8 @@ class JobsPort(Protocol):
         """`jobs.replay`. NotFound; Conflict unless dead, or still where a replay put it
         (`jobs.replayed`: then the job as it is, unchanged: a retried replay)."""
         ...
+
+    async def withdraw_jobs(self, jobs: Sequence[Job], now_ms: int) -> None:
+        """`jobs.withdraw` of each (jobs a create wrote and then found its biz type
+        deleted); one that is gone or final already is left alone."""
+        ...

@@ -57,6 +57,12 @@ class ScanPort(Protocol):
         returns `limit` jobs may have left more."""
         ...
 
+    async def find_claim(self, second: int, claim: str) -> list[Claimed]:
+        """The jobs of `second` still dispatched under `claim`, as `claim_due` returns
+        them: what a claim that raised claimed all the same (its reply lost after it
+        applied), found by its token at once instead of at the reconcile timeout."""
+        ...
+
     async def release_second(self, entry: SecondEntry, fence: int) -> bool:
         """Delete the seconds entry if its version is unchanged and no higher fence
         has loaded it; False if it moved on (or was taken on by a newer daemon). Only
