@@ -200,13 +200,12 @@ class Lane:
     def stuck_s(self) -> float:
         """How long it has held a message due that its limits let out, without sending
         or settling any (0: not stuck; paused, or out of its term, is not stuck)."""
-        heads = [items[0].not_before for items in (self._held, self._ready) if items]
-        if self.biz.paused or not (self._sending and self.ours() and heads):
+        if self.biz.paused or not (self._sending and self.ours() and self._items):
             return 0.0
         limited = self._in_flight >= self.biz.max_concurrency or self._bucket.wait_s(
             self._send_clock_s()
         )
-        if limited or min(heads) > self._clock.now_ms():
+        if limited or min(item.not_before for item in self._items) > self._clock.now_ms():
             return 0.0
         return max(0.0, self._clock.monotonic_s() - self.progress_s)
 

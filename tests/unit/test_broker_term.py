@@ -5,6 +5,7 @@ supersedes (broker/term.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from timer_service.errors import StoreUnavailable
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, JobState
 from timer_service.store.memory.brokers import MemoryBrokers
+from timer_service.store.memory.outcomes import MemoryOutcomes
 
 TTL_S = 6.0
 
@@ -168,3 +170,29 @@ async def test_a_broker_cut_off_from_the_store_lets_go_and_comes_back(
     assert await world.clock.run_until(lambda: world.broker.biz_types == ["orders"], 5_000)
     assert world.broker.health() is None
     assert world.broker._lease.term.number == 2
+
+
+async def test_a_lane_whose_marks_never_come_back_is_stuck(
+    parts: Any, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due message it could send (tokens, slots), nothing sent nor settled: stuck for
+    as long (the broker's /healthz fails past a minute). Not stuck before its moment."""
+    store, *_ = parts
+    due = fake_clock.now_ms() + 1000
+    (job,) = await claimed_jobs(store, fake_clock, 1, due)
+    never = asyncio.Event()
+
+    async def hangs(*_: Any, **__: Any) -> dict[str, Any]:
+        await never.wait()
+        return {}
+
+    monkeypatch.setattr(MemoryOutcomes, "start_sending", hangs)
+    lease = Lease(fake_clock, 3600.0)
+    lease.landed(fake_clock.monotonic_s())
+    lane = lane_under(parts, fake_clock, lease, [])
+    lane.offer(FakeDelivery(job))
+    await drive_by_hand(lane, fake_clock, 900)
+    assert lane.stuck_s() == 0.0, "not due yet"
+    await drive_by_hand(lane, fake_clock, 70_000, step_ms=1000)
+    assert lane.stuck_s() > 60.0, lane.stuck_s()
+    await lane.close()
