@@ -14,7 +14,8 @@ MongoDB adapter sends for it:
   `close_rounds` alone): one command;
 - a send mark (`start_sending`): one update command per bucket among its jobs (a
   statement per claim in it), the message carrying its job (MongoDB only; payload
-  <= 1 KiB, the normal case);
+  <= 1 KiB, the normal case), and one read of the biz types' ownership epochs
+  (`owners`) when its refs carry one (a broker's lanes always do);
 - outcomes (`record_outcomes`): one bulk update per bucket among its jobs (their home
   buckets, named by their messages), and one bump of the seconds index if any is a
   retry.
@@ -76,7 +77,8 @@ def _home(ref: Any) -> int:
 
 def _marked(args: tuple[Any, ...], result: Any) -> tuple[int, int]:
     refs = args[0]
-    return len(refs), len({_home(r) for r in refs})
+    epochs = any(getattr(r, "epoch", None) is not None for r in refs)
+    return len(refs), len({_home(r) for r in refs}) + epochs
 
 
 def _recorded(args: tuple[Any, ...], result: Any) -> tuple[int, int]:

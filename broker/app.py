@@ -23,6 +23,8 @@ from broker.ownership import plan
 from broker.ports import BrokerPorts
 from broker.sender import Sender
 from broker.skew import SkewGuard
+from broker.storecalls import retried
+from broker.term import Lease, Stream
 from timer_service.callback_targets import TargetPolicy
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
@@ -38,6 +40,11 @@ log = logging.getLogger(__name__)
 DISCOVER_EVERY_S = 1.0
 HEARTBEAT_EVERY_S = 2.0
 HEARTBEAT_TTL_MS = int(3 * HEARTBEAT_EVERY_S * 1000)
+OWN_GIVE_UP_AFTER_S = 5.0  # taking a biz type's epoch is retried this long
+LET_GO_TIMEOUT_S = 5.0  # a lapsed lane's consumer cancel, at most (a dead link hangs)
+# /healthz fails when a lane holds a message due, could send it (a token, a slot) and
+# has sent or settled nothing for this long, plus its callback timeout.
+STUCK_AFTER_S = 60.0
 
 
 class Broker:
@@ -70,6 +77,9 @@ class Broker:
             store.outcomes, metrics, clock, self.broker_id, gather_s=BROKER_GATHER_S
         )
         self.skew = SkewGuard()
+        # The lease the store heartbeat gives, on this host's monotonic clock: lanes
+        # send only within it, and are let go of once it lapses (broker/term.py).
+        self._lease = Lease(clock, HEARTBEAT_TTL_MS / 1000)
         self._lanes: dict[str, Lane] = {}
         self._consumers: dict[str, Consumer] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -97,6 +107,7 @@ class Broker:
         self._beating = asyncio.create_task(
             self._every(HEARTBEAT_EVERY_S, self._heartbeat, paced=True), name="heartbeat"
         )
+        self._tasks.append(asyncio.create_task(self._watch_lease(), name="lease"))
         log.info("broker started", extra={"broker_id": self.broker_id})
 
     async def stop(self) -> None:
@@ -148,6 +159,8 @@ class Broker:
         """Consume the biz types this broker owns among the live brokers, apply config
         changes, and let go of a biz type once its new owner consumes it, or once it
         is deleted (broker/ownership.py)."""
+        if not self._lease.term.valid():
+            return  # no lease: nothing to consume until a heartbeat lands
         current = {biz.biz_type: biz for biz in await self._store.biz_types.list_biz_types()}
         now = self._clock.now_ms()
         live = {
@@ -193,6 +206,7 @@ class Broker:
             tracing=self._tracing,
             handover=handover,
             marks=self._marks,
+            stream=Stream(self._lease.term, lambda: self._own(biz.biz_type)),
         )
         lane.start()
         self._lanes[biz.biz_type] = lane
@@ -225,6 +239,58 @@ class Broker:
         await lane.close()
         log.info("stopped consuming", extra={"biz_type": name})
 
+    async def _own(self, biz_type: str) -> int:
+        return await retried(
+            "own_biz_type",
+            lambda: self._store.brokers.own_biz_type(biz_type, self.broker_id),
+            self._metrics,
+            self._clock,
+            OWN_GIVE_UP_AFTER_S,
+        )
+
+    # -- the lease ---------------------------------------------------------------------
+    async def _watch_lease(self) -> None:
+        """End the term when its lease runs out (a store cut off, a heartbeat stuck, or
+        the process frozen past it), and let go of its lanes."""
+        while True:
+            term = self._lease.term
+            if term.lapsed() and not term.over:
+                log.warning("store heartbeat lapsed: letting go of every biz type")
+                self._lease.end()
+            self._let_go_lapsed()
+            await self._clock.sleep(min(1.0, max(0.05, term.left_s())))
+
+    def _let_go_lapsed(self) -> None:
+        """Cancel the consumers of the lanes of a term that is over, so that RabbitMQ's
+        single active consumer moves to a live broker: they send nothing more, and
+        what they hold goes back to the queue, unsent."""
+        for name, lane in list(self._lanes.items()):
+            if lane.stream is None or not lane.stream.term.over:
+                continue
+            del self._lanes[name]
+            lane.stop_sending()
+            task = asyncio.create_task(self._let_go(name, lane, self._consumers.pop(name, None)))
+            self._removals.add(task)
+            task.add_done_callback(self._removals.discard)
+
+    async def _let_go(self, name: str, lane: Lane, consumer: Consumer | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await self._clock.wait_for(self._cancel(name, consumer), LET_GO_TIMEOUT_S)
+        await lane.close()
+        log.info("stopped consuming: lease lapsed", extra={"biz_type": name})
+
+    def health(self) -> str | None:
+        """Why this broker is not healthy (None: it is): its store lease lapsed, or a
+        lane makes no progress."""
+        term = self._lease.term
+        if term.lapsed():
+            return f"store heartbeat lapsed {-term.left_s():.1f} s ago"
+        for name, lane in sorted(self._lanes.items()):
+            stuck_s = lane.stuck_s()
+            if stuck_s > STUCK_AFTER_S + lane.biz.timeout_ms / 1000:
+                return f"biz type {name}: nothing sent nor settled for {stuck_s:.0f} s"
+        return None
+
     async def _stop_consumer(self, name: str) -> None:
         await self._cancel(name, self._consumers.pop(name, None))
 
@@ -244,9 +310,13 @@ class Broker:
             {name: lane.biz.paused for name, lane in self._lanes.items()}
         )
         held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
+        sent_at_s = self._clock.monotonic_s()
         store_ms = await self._store.brokers.broker_heartbeat(
             self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)
         )
+        if self._lease.landed(sent_at_s):
+            log.info("store heartbeat back: a new term", extra={"term": self._lease.term.number})
+            self._let_go_lapsed()
         self.skew.observe(self._clock.now_ms(), store_ms)
         self._metrics.clock_lead(self.skew.lead_ms() / 1000)
 

@@ -37,6 +37,10 @@ NOT_DISPATCHED = Fate(Action.ACK, "job no longer dispatched under this claim")
 SUPERSEDED = Fate(Action.ACK, "another message carries the job's claim")
 CHECK_FAILED = Fate(Action.REQUEUE, "send check failed")
 HELD_TOO_LONG = Fate(Action.REQUEUE, "held as long as the queue allows")
+# This broker may no longer send the biz type (broker/term.py: its lease lapsed, or
+# another broker took the stream's epoch): back to the queue, for whoever owns it now
+# (a no-op on a channel already closed, whose messages the queue has back).
+NOT_OURS = Fate(Action.REQUEUE, "stream no longer ours")
 
 
 def after_check(job_found: bool, claim_matches: bool) -> Fate | None:
@@ -57,6 +61,11 @@ def after_check(job_found: bool, claim_matches: bool) -> Fate | None:
 def check_failed() -> Fate:
     """The store could not say, within the bound: someone must try again."""
     return CHECK_FAILED
+
+
+def not_ours() -> Fate:
+    """Unsent: this broker lost the biz type's stream before the send."""
+    return NOT_OURS
 
 
 def held_too_long() -> Fate:

@@ -34,10 +34,14 @@ class Held:
 
     @property
     def ref(self) -> SendRef:
+        return self.ref_under(None)
+
+    def ref_under(self, epoch: int | None) -> SendRef:
+        """Its reference, for a send mark under this ownership epoch."""
         c = self.delivery.job
         redelivered = self.delivery.redelivered
         return SendRef(
-            c.biz_type, c.job_id, c.second, c.claim, redelivered, c.due_at, c.job, c.bucket
+            c.biz_type, c.job_id, c.second, c.claim, redelivered, c.due_at, c.job, c.bucket, epoch
         )
 
     def prune(self) -> bool:

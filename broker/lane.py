@@ -48,17 +48,20 @@ import math
 import random
 
 from broker.callback import Response, attempt_record, build_request, judge
-from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
+from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long, not_ours
 from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
 from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter, Pending
+from broker.pacing import MAX_CHECK_AHEAD_MS, Pacing
 from broker.ratelimit import TokenBucket
 from broker.sender import Sender
 from broker.skew import SkewGuard
+from broker.term import Stream
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind
+from timer_service.errors import StaleEpoch
 from timer_service.logs import log_trace
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, job_key
@@ -68,8 +71,6 @@ from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
-CHECK_AHEAD_MS = 80  # ask the store this long before a job's moment, at least
-MAX_CHECK_AHEAD_MS = 500  # ... and at most, however slow the store is
 # A mark, on the beat before the look-ahead reaches the next message, takes what comes
 # due within the look-ahead and this span beyond it: a steady flow is then marked a
 # span at a time, not a message or two each time the look-ahead moves on (at 500
@@ -83,6 +84,7 @@ MAX_CHECK_BATCH = 500
 MAX_CHECKS_IN_FLIGHT = 3
 MIN_OVERLAPPING_BATCH = 32
 SETTLE_POLL_S = 0.02  # how often `settle` looks
+UNLEASED_POLL_S = 0.5  # a lane whose broker has no lease yet looks again this often
 
 
 class Lane:
@@ -100,8 +102,11 @@ class Lane:
         tracing: Tracing = NO_TRACING,
         handover: bool = False,
         marks: MarkWriter,
+        stream: Stream | None = None,
     ) -> None:
         self.biz = biz
+        self.stream = stream  # its term and ownership epoch (None: a lane alone, in a test)
+        self.progress_s = clock.monotonic_s()  # when it last sent or settled a message
         # Made to take the stream over from a live broker (broker/ownership.py): the
         # first stream starts empty, not with a burst on top of the old owner's.
         self._starts_empty = handover
@@ -123,9 +128,7 @@ class Lane:
         self._held: list[Held] = []  # not yet checked, by sort_key
         self._ready: list[Held] = []  # checked, waiting for moment / token / slot
         self._checking = 0
-        self._check_ahead_ms = CHECK_AHEAD_MS
-        self._check_ms_avg = 0.0  # moving average of the store's answer time
-        self._callback_ms_avg: float | None = None  # ... and of a callback's round trip
+        self._pace = Pacing()
         self._in_flight = 0
         self._unsettled = 0  # sent; outcome not yet persisted and acked
         self._by_key: dict[str, Held] = {}
@@ -190,6 +193,22 @@ class Lane:
             self._held or self._ready or self._checking or self._in_flight or self._unsettled
         )
 
+    def ours(self) -> bool:
+        """It may mark and send now: its broker's term is on, with lease to spare."""
+        return self.stream is None or self.stream.term.valid()
+
+    def stuck_s(self) -> float:
+        """How long it has held a message due that its limits let out, without sending
+        or settling any (0: not stuck; paused, or out of its term, is not stuck)."""
+        if self.biz.paused or not (self._sending and self.ours() and self._items):
+            return 0.0
+        limited = self._in_flight >= self.biz.max_concurrency or self._bucket.wait_s(
+            self._send_clock_s()
+        )
+        if limited or min(item.not_before for item in self._items) > self._clock.now_ms():
+            return 0.0
+        return max(0.0, self._clock.monotonic_s() - self.progress_s)
+
     def _holds_live(self) -> bool:
         """A message this lane holds is still on an open channel: the stream is still
         ours. Messages left from a channel that closed do not count (the stream went to
@@ -250,6 +269,8 @@ class Lane:
         biz = self.biz
         if not self._sending:
             return None
+        if not self.ours():  # no lease yet (a beat will come), or its term over: idle
+            return UNLEASED_POLL_S
         mono = self._clock.monotonic_s()
         overdue, wait_s = self._hold_bound.overdue(mono, self._held, self._ready)
         for item in overdue:
@@ -284,13 +305,13 @@ class Lane:
             # Marks go on a beat all lanes share: the last multiple of MARK_SPAN_MS
             # before the head is within the look-ahead. Busy lanes then ask at the
             # same instants, and their asks share a store call (broker/marks.py).
-            due_at = held[0].not_before - self._check_ahead_ms
+            due_at = held[0].not_before - self._pace.check_ahead_ms
             beat_at = due_at - due_at % MARK_SPAN_MS
             if beat_at > now:
                 wait_ms = min(wait_ms, beat_at - now)
             else:
                 budget = self._mark_budget(self._bucket_s(now))
-                reach = (now + self._check_ahead_ms + MARK_SPAN_MS, math.inf)
+                reach = (now + self._pace.check_ahead_ms + MARK_SPAN_MS, math.inf)
                 end = min(bisect.bisect_right(held, reach, key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
                     # One message per job in a batch: the store answers by job key.
@@ -303,8 +324,8 @@ class Lane:
                     held[:end] = later
                     self._start_check(batch)
                 elif not ready and not self._bucket.unlimited:
-                    lead_s = self._bucket.wait_s(self._bucket_s(now)) - self._check_ahead_ms / 1000
-                    wait_ms = min(wait_ms, max(1.0, lead_s * 1000))
+                    lead_ms = self._bucket.wait_s(self._bucket_s(now)) * 1000
+                    wait_ms = min(wait_ms, max(1.0, lead_ms - self._pace.check_ahead_ms))
         return None if wait_ms == math.inf else wait_ms / 1000
 
     def _mark_budget(self, bucket_s: float) -> int:
@@ -313,22 +334,11 @@ class Lane:
         limit, once it has to mark, marks for the longest window (MAX_CHECK_AHEAD_MS):
         one job per token would cost the store a mark per callback."""
         marked = len(self._ready) + self._checking
-        budget = self._check_budget(bucket_s, self._check_ahead_ms + MARK_SPAN_MS) - marked
+        args = (self._bucket, bucket_s, self.biz.max_concurrency, self._in_flight)
+        budget = self._pace.could_go(*args, self._pace.check_ahead_ms + MARK_SPAN_MS) - marked
         if budget > 0 and not self._bucket.unlimited:
-            budget = max(budget, self._check_budget(bucket_s, MAX_CHECK_AHEAD_MS) - marked)
+            budget = max(budget, self._pace.could_go(*args, MAX_CHECK_AHEAD_MS) - marked)
         return min(budget, MAX_CHECK_BATCH)
-
-    def _check_budget(self, bucket_s: float, window_ms: float) -> int:
-        """How many upcoming messages could go out within `window_ms`: what the rate
-        limit allows, and what the in-flight cap lets through at the callbacks' usual
-        round trip (one round of the cap until a callback has been timed). A fixed
-        round of the cap per mark capped a fast biz type at a few hundred per second of
-        the store's answer time, however quickly its callbacks came back."""
-        cap = self.biz.max_concurrency
-        rounds = 1.0 if self._callback_ms_avg is None else window_ms / self._callback_ms_avg
-        slots = max(0, cap - self._in_flight) + math.ceil(cap * max(1.0, rounds))
-        tokens = self._bucket.available(bucket_s, window_ms / 1000)
-        return slots if tokens >= slots else min(slots, math.floor(tokens))
 
     def _send_clock_s(self) -> float:
         """The clock sends are held on and stamped by (broker.skew), in seconds."""
@@ -359,7 +369,14 @@ class Lane:
         batch = [item for item in batch if item not in gone]
         asked_at = self._clock.monotonic_s()
         try:
-            jobs = await self._marks.mark([item.ref for item in batch])
+            epoch = None if self.stream is None else await self.stream.epoch()
+            jobs = await self._marks.mark([item.ref_under(epoch) for item in batch])
+        except StaleEpoch:  # another broker took the stream: back to the queue, unsent
+            assert self.stream is not None
+            self.stream.taken_by_another()
+            for item in batch:
+                self._settle(item, not_ours())
+            return
         except Exception as exc:  # past the bound: hand the messages back
             log.error(
                 "send check failed; requeueing",
@@ -376,7 +393,7 @@ class Lane:
             if task is not None:
                 self._checks.discard(task)
             self._wake()
-        self._learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
+        self._pace.learn_check_time((self._clock.monotonic_s() - asked_at) * 1000)
         for item in batch:
             job = jobs.get(item.key)
             fate = after_check(
@@ -395,17 +412,6 @@ class Lane:
             if self._hold_bound.waiting(item):
                 self._wake()
 
-    def _learn_check_time(self, took_ms: float) -> None:
-        """Look ahead twice the store's usual answer time, so sends stay on time."""
-        self._check_ms_avg = 0.8 * self._check_ms_avg + 0.2 * took_ms
-        wanted = max(CHECK_AHEAD_MS, round(2 * self._check_ms_avg))
-        self._check_ahead_ms = min(MAX_CHECK_AHEAD_MS, wanted)
-
-    def _learn_callback_time(self, took_ms: float) -> None:
-        took_ms = max(1.0, took_ms)  # a callback answered within the clock's tick
-        avg = self._callback_ms_avg
-        self._callback_ms_avg = took_ms if avg is None else 0.8 * avg + 0.2 * took_ms
-
     # -- send ---------------------------------------------------------------------------
     def _start_send(self, item: Held, fired_at: int) -> None:
         """`fired_at`: the wall-clock instant its token was taken. Stamped then, not when the
@@ -422,6 +428,12 @@ class Lane:
         biz = self.biz
         job = item.job
         assert job is not None
+        if not self.ours():  # frozen or cut off since its token was taken
+            self._in_flight, self._unsettled = self._in_flight - 1, self._unsettled - 1
+            self._settle(item, not_ours())
+            self._wake()
+            return
+        self.progress_s = self._clock.monotonic_s()
         attempt = job.attempts + 1
         span = self._tracing.callback_started(job, attempt)
         with log_trace(span.traceparent):  # the attempt's lines join the job's trace
@@ -439,7 +451,7 @@ class Lane:
                 self._in_flight -= 1
                 self._wake()
             duration_s = max(0.0, self._clock.monotonic_s() - started)
-            self._learn_callback_time(duration_s * 1000)
+            self._pace.learn_callback_time(duration_s * 1000)
             known_at = self._clock.now_ms()
             try:
                 spread = random.random()  # the backoff's jitter
@@ -469,11 +481,13 @@ class Lane:
 
     def _settled(self, item: Held) -> None:
         self._unsettled -= 1
+        self.progress_s = self._clock.monotonic_s()
         self._forget(item)
 
     # -- helpers ----------------------------------------------------------------------------
     def _settle(self, item: Held, fate: Fate) -> None:
         """An unsent message's fate, carried out in the background."""
+        self.progress_s = self._clock.monotonic_s()
         self._forget(item)
         task = asyncio.create_task(carry_out(fate, item.deliveries, self._metrics))
         self._chores.add(task)

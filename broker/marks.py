@@ -25,6 +25,7 @@ from broker.storecalls import retried
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.dispatch import SendRef, new_send_token
+from timer_service.errors import StaleEpoch
 from timer_service.metrics import Metrics
 from timer_service.model import Job, job_key
 from timer_service.runtime import cancel_and_wait
@@ -111,7 +112,19 @@ class MarkWriter:
                 self._metrics,
                 self._clock,
                 self._give_up_after_s,
+                final=(StaleEpoch,),
             )
+        except StaleEpoch as exc:
+            # Nothing was marked: the lanes of those biz types lost their stream and
+            # hear so; the others' asks go again, without them.
+            lost = [a for a in asks if any(r.biz_type in exc.biz_types for r in a.refs)]
+            for a in lost:
+                if not a.answer.done():
+                    a.answer.set_exception(exc)
+            rest = [a for a in asks if a not in lost]
+            if rest:
+                await self._call(rest)
+            return
         except Exception as exc:
             for a in asks:
                 if not a.answer.done():

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_not_exception_type, wait_exponential
 
 from timer_service.clock import Clock
 from timer_service.metrics import Metrics
@@ -25,10 +25,14 @@ async def retried(
     metrics: Metrics,
     clock: Clock,
     give_up_after_s: float,
+    final: tuple[type[Exception], ...] = (),
 ) -> T:
-    """Run `call` until it succeeds or `give_up_after_s` passes; then raise its error."""
+    """Run `call` until it succeeds or `give_up_after_s` passes; then raise its error.
+    An error of a `final` type is an answer, not a failure: raised at once."""
     try:
         return await call()  # the usual case, without tenacity's per-call cost
+    except final:
+        raise
     except Exception as exc:
         metrics.store_error(operation)
         log.warning(
@@ -54,6 +58,7 @@ async def retried(
         before_sleep=count,
         sleep=clock.sleep,
         reraise=True,
+        retry=retry_if_not_exception_type(final),
     ):
         with attempt:
             return await call()

@@ -21,6 +21,7 @@ LEASES_COLLECTION = "leases"
 POINTERS_COLLECTION = "pointers"
 ROUNDS_COLLECTION = "rounds"  # claim rounds not yet confirmed by the queue (normally few)
 BROKERS_COLLECTION = "brokers"  # broker heartbeats: which biz types a live broker holds
+OWNERS_COLLECTION = "owners"  # per biz type: the ownership epoch its send marks carry
 SCHEDULES_COLLECTION = "schedules"
 AUDIT_COLLECTION = "audit"  # operator actions, kept for the retention period
 

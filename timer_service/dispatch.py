@@ -78,6 +78,9 @@ class SendRef:
     due_at: int | None = None
     job: Job | None = None  # the job as claimed, if its message carries it (`Claimed.job`)
     bucket: int | None = None  # where the job lives (`Claimed.bucket`)
+    # The marking broker's ownership epoch of the biz type (`brokers.own_biz_type`): a
+    # mark under an epoch that is no longer the biz type's applies nowhere (None: none).
+    epoch: int | None = None
 
 
 class OutcomeKind(StrEnum):

@@ -40,6 +40,15 @@ class LeaseLost(TimerServiceError):
     """This process no longer holds the lease."""
 
 
+class StaleEpoch(TimerServiceError):
+    """A send mark under an ownership epoch that is no longer its biz type's: another
+    broker has taken the stream since. Nothing of the call was marked."""
+
+    def __init__(self, biz_types: frozenset[str]) -> None:
+        super().__init__(f"stale ownership epoch of {', '.join(sorted(biz_types))}")
+        self.biz_types = biz_types
+
+
 class StoreUnavailable(TimerServiceError):
     """The job store does not answer."""
 

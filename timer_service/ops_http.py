@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from timer_service.metrics import CONTENT_TYPE_LATEST, render
 
 ReadyCheck = Callable[[], Awaitable[None]]  # raises when not ready
+HealthCheck = Callable[[], str | None]  # why the process is unhealthy; None: it is healthy
 
 
 def _json(status: int, body: dict[str, object]) -> web.Response:
@@ -19,9 +20,15 @@ def _json(status: int, body: dict[str, object]) -> web.Response:
 
 class OpsServer:
     def __init__(
-        self, host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        ready: ReadyCheck,
+        health: HealthCheck | None = None,
     ) -> None:
         self._host = host
+        self._health = health
         self._port = port
         self._registry = registry
         self._ready = ready
@@ -45,6 +52,9 @@ class OpsServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _: web.Request) -> web.Response:
+        problem = None if self._health is None else self._health()
+        if problem is not None:
+            return _json(503, {"status": "unhealthy", "detail": problem})
         return _json(200, {"status": "ok"})
 
     async def _readyz(self, _: web.Request) -> web.Response:

@@ -26,6 +26,9 @@ LOST_CLAIM_BOUND_MS = 2000
 # Another fault this close before a lost claim (or during its bound) may delay its jobs:
 # a killed broker's biz types are taken over within 7 s, a daemon's lease within 4 s.
 FAULT_MARGIN_MS = 8000
+# A freeze this long is a stall: past a broker's heartbeat TTL (6 s) and the daemon's
+# 2 s more before it judges it dead (broker/app.py, daemon/holders.py).
+STALL_MS = 8_000
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,50 @@ class Checker:
                     )
         return found
 
+    def stalls(self) -> list[tuple[str, int, int]]:
+        """(process, frozen at, thawed at) of every freeze longer than a broker's
+        heartbeat TTL and the daemon's judgement of it dead: its work went to others."""
+        frozen: dict[str, int] = {}
+        found = []
+        for fault in self.history.faults:
+            if fault.kind == "freeze":
+                frozen[fault.process] = fault.at_ms
+            elif fault.kind == "thaw" and fault.process in frozen:
+                at = frozen.pop(fault.process)
+                if fault.at_ms - at > STALL_MS:
+                    found.append((fault.process, at, fault.at_ms))
+        return found
+
+    def stale_owner(self) -> list[Violation]:
+        """A broker that comes back from a stall sends no callback for work it no longer
+        owns: nothing that was called back (the same attempt, or a 2xx) since it froze."""
+        found = []
+        for process, frozen_ms, thawed_ms in self.stalls():
+            for identity, calls in self.callbacks.items():
+                for i, cb in enumerate(calls):
+                    if cb.broker != process or cb.sent_ms < thawed_ms:
+                        continue
+                    first = next(
+                        (
+                            c
+                            for c in calls[:i]
+                            if (c.attempt == cb.attempt or c.status == 200)
+                            and c.sent_ms >= frozen_ms
+                        ),
+                        None,
+                    )
+                    if first is not None:
+                        found.append(
+                            Violation(
+                                "stalled broker sends nothing it lost",
+                                identity,
+                                f"attempt {cb.attempt} by {process} at {cb.sent_ms}, frozen "
+                                f"{frozen_ms}-{thawed_ms}; {first.broker} sent attempt "
+                                f"{first.attempt} at {first.sent_ms}",
+                            )
+                        )
+        return found
+
     def rate_limits(self) -> list[Violation]:
         """Over any interval of length W: at most burst + rate x W callbacks."""
         found = []
@@ -368,5 +415,6 @@ class Checker:
             + self.retries_wait()
             + self.cancelled_stays_cancelled()
             + self.no_second_callback()
+            + self.stale_owner()
             + self.rate_limits()
         )

@@ -60,6 +60,12 @@ class SimDelivery:
 
     @property
     def live(self) -> bool:
+        """As the consuming process sees it: a channel the server closed looks open until
+        the process has run since (a frozen one learns it only after it resumes)."""
+        consumer = self._consumer
+        return not self.settled and consumer.seen_open and self._channel == consumer.channel
+
+    def _server_live(self) -> bool:
         return not self.settled and self._consumer.open and self._channel == self._consumer.channel
 
     async def ack(self) -> None:
@@ -74,7 +80,7 @@ class SimDelivery:
         self._settle()
 
     def _settle(self) -> bool:
-        if not self.live:
+        if not self._server_live():  # a settle on a closed channel changes nothing
             return False
         self.settled = True
         self._consumer.unacked.pop(self, None)
@@ -106,6 +112,7 @@ class SimConsumer:
         as aio-pika restores it, so that cancelling it later still stops it."""
         self.channel += 1
         self.open = True
+        self.seen_open = True
         self.queue.consumers.append(self)
         self.queue.wake()
         loop = asyncio.get_running_loop()
@@ -115,6 +122,7 @@ class SimConsumer:
     async def cancel(self) -> None:
         self.cancelled = True
         self.close()
+        self.seen_open = False  # the process closed it: it knows at once
         self.conn.consumers.pop(self, None)
 
     def close(self) -> None:
@@ -122,6 +130,9 @@ class SimConsumer:
         if not self.open:
             return
         self.open = False
+        # The process learns of it when it next runs: a callback in its name.
+        channel = self.channel
+        asyncio.get_running_loop().call_soon(self._notice_closed, channel, context=self._context)
         if self._pump is not None:
             self._pump.cancel()
         for body in reversed([d._body for d in self.unacked]):
@@ -134,6 +145,10 @@ class SimConsumer:
         if self in self.queue.consumers:
             self.queue.consumers.remove(self)
         self.queue.wake()
+
+    def _notice_closed(self, channel: int) -> None:
+        if channel == self.channel and not self.open:
+            self.seen_open = False
 
     async def _run(self) -> None:
         queue = self.queue

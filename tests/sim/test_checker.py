@@ -84,3 +84,19 @@ def test_a_lost_claim_s_job_called_back_at_the_reconcile_timeout_is_caught() -> 
     crashed = history(sent(9000), faults=(Fault(T0 + 300, "crash", "broker-1#1"),))
     crashed.lost_claims.extend(late.lost_claims)
     assert Checker(crashed, {}).lost_claims_on_time(10_000) == [], "another fault excuses it"
+
+
+def test_a_broker_back_from_a_stall_sending_what_was_sent_meanwhile_is_caught() -> None:
+    """Break 9 of issue 30: frozen past its lease, another broker sent the attempt; the
+    stalled one sends it again once thawed. A freeze excuses a duplicate in
+    `no_second_callback`, not here. A short freeze, or a copy from before it, is fine."""
+    other = Callback("orders", "j1", 1, T0 + 9000, T0 + 9001, 200, "broker-2#1")
+    stall = (Fault(T0 + 1000, "freeze", "broker-1#1"), Fault(T0 + 31_000, "thaw", "broker-1#1"))
+    h = history(other, sent(31_005), faults=stall)
+    found = Checker(h, {}).stale_owner()
+    assert [v.promise for v in found] == ["stalled broker sends nothing it lost"], found
+    assert Checker(h, {}).no_second_callback() == [], "a freeze excuses it there"
+    brief = (Fault(T0 + 1000, "freeze", "broker-1#1"), Fault(T0 + 4000, "thaw", "broker-1#1"))
+    assert Checker(history(other, sent(31_005), faults=brief), {}).stale_owner() == []
+    before = history(sent(500), sent(31_005), faults=stall)
+    assert Checker(before, {}).stale_owner() == [], "sent before the freeze: a crash window"

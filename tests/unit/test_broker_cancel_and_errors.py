@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.callback import CallbackRequest, Response
-from broker.lane import CHECK_AHEAD_MS
+from broker.pacing import CHECK_AHEAD_MS
 from tests.unit.test_broker_lane import (
     OUTCOME_WAIT_MS,
     FakeDelivery,

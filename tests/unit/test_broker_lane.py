@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from broker.callback import CallbackRequest, Response
-from broker.lane import CHECK_AHEAD_MS, MARK_SPAN_MS, Lane
+from broker.lane import MARK_SPAN_MS, Lane
 from broker.marks import GIVE_UP_AFTER_S as CHECK_GIVE_UP_AFTER_S
 from broker.marks import MarkWriter
 from broker.outcomes import FLUSH_AFTER_S, OutcomeWriter
+from broker.pacing import CHECK_AHEAD_MS
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed, SendRef
 from timer_service.errors import CallbackInFlight

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.lane import CHECK_AHEAD_MS, MARK_SPAN_MS, Lane
+from broker.lane import MARK_SPAN_MS, Lane
 from broker.marks import BROKER_GATHER_S, MarkWriter
 from broker.outcomes import FLUSH_AFTER_S, OutcomeWriter, Pending
+from broker.pacing import CHECK_AHEAD_MS
 from tests.unit.test_broker_lane import FakeDelivery, make_lane, parts
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef

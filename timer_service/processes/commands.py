@@ -10,7 +10,7 @@ import logging
 from timer_service.api.server import serve
 from timer_service.canary import Canary
 from timer_service.metric_specs import API, BROKER, DAEMON
-from timer_service.ops_http import OpsServer
+from timer_service.ops_http import HealthCheck, OpsServer
 from timer_service.processes.build import build_api, build_broker, build_canary, build_daemon
 from timer_service.processes.dependencies import Dependencies, real_dependencies
 from timer_service.processes.lifecycle import Action, Lifecycle
@@ -64,7 +64,7 @@ async def run_broker(settings: Settings, stop: asyncio.Event) -> None:
     deps = real_dependencies(settings, BROKER, service_name="timer-service-broker")
     broker = build_broker(settings, deps)
     life = base_lifecycle("broker", settings, deps)
-    _ops_server(life, settings, deps, BROKER_METRICS_PORT)
+    _ops_server(life, settings, deps, BROKER_METRICS_PORT, health=broker.health)
     store_and_queue(life, deps)
     life.add("broker", broker.start, broker.stop)  # it logs "broker started"
     life.add("startup done", started())
@@ -98,9 +98,16 @@ def store_and_queue(life: Lifecycle, deps: Dependencies) -> None:
     life.dependency("queue", queue.connect)
 
 
-def _ops_server(life: Lifecycle, settings: Settings, deps: Dependencies, port: int) -> None:
+def _ops_server(
+    life: Lifecycle,
+    settings: Settings,
+    deps: Dependencies,
+    port: int,
+    health: HealthCheck | None = None,
+) -> None:
     """/metrics, /healthz and /readyz from the start: /readyz answers 503 while the
-    store or the queue is down, /healthz 200 while the process runs."""
+    store or the queue is down, /healthz 200 while the process runs and `health` finds
+    nothing wrong (a broker: its store lease lapsed, or a lane stuck)."""
     queue = deps.with_queue()
 
     async def ready() -> None:
@@ -108,7 +115,7 @@ def _ops_server(life: Lifecycle, settings: Settings, deps: Dependencies, port: i
         await queue.ping()
 
     ops = OpsServer(
-        settings.metrics_host, settings.metrics_port or port, deps.metrics.registry, ready
+        settings.metrics_host, settings.metrics_port or port, deps.metrics.registry, ready, health
     )
     life.add("ops server", ops.start, ops.stop)
 

@@ -35,6 +35,11 @@ def exchange_name(prefix: str) -> str:
 
 QUEUE_ARGUMENTS = {"x-queue-type": "quorum", "x-single-active-consumer": True}
 RECONNECT_INTERVAL_S = 1.0
+# AMQP heartbeat asked for unless the URL says (aio-pika's default is 60 s). RabbitMQ
+# closes a connection silent for about two of them, which is what moves a frozen
+# broker's streams (single active consumer) to the other broker: within ~10 s, not
+# after a minute (issue 30, break 9; docs/operations.md, "Failover").
+HEARTBEAT_S = 3
 
 
 class AmqpDelivery:
@@ -115,14 +120,16 @@ class AmqpQueue:
         # aio-pika waits 5 s between reconnect attempts by default; a RabbitMQ restart
         # then costs up to 5 s of dispatch on top of the outage (measured: back at
         # +6.0 s, reconnected at +10.0 s). A URL's own `reconnect_interval` wins.
-        in_url = "reconnect_interval" in parse_qs(urlsplit(self._url).query)
-        interval = None if in_url else RECONNECT_INTERVAL_S
+        query = parse_qs(urlsplit(self._url).query)
+        interval = None if "reconnect_interval" in query else RECONNECT_INTERVAL_S
+        heartbeat = None if "heartbeat" in query else HEARTBEAT_S
         self._connection = await aio_pika.connect_robust(
             self._url,
             client_properties={
                 "connection_name": "timer-service",
             },
             reconnect_interval=interval,
+            heartbeat=heartbeat,
         )
         self._publish_channel = await self._connection.channel(publisher_confirms=True)  # type: ignore[assignment]
         assert self._publish_channel is not None

@@ -36,3 +36,8 @@ class MemoryBrokers:
 
     async def broker_gone(self, broker_id: str) -> None:
         self._s.brokers.pop(broker_id, None)
+
+    async def own_biz_type(self, biz_type: str, broker_id: str) -> int:
+        epoch = self._s.epochs.get(biz_type, 0) + 1
+        self._s.epochs[biz_type] = epoch
+        return epoch

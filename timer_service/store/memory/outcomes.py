@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
+from timer_service.errors import StaleEpoch
 from timer_service.model import Job
 from timer_service.store.memory.state import MemoryState
 
@@ -17,6 +18,13 @@ class MemoryOutcomes:
     async def start_sending(
         self, refs: Sequence[SendRef], send_token: str, now_ms: int
     ) -> dict[str, Job]:
+        stale = frozenset(
+            ref.biz_type
+            for ref in refs
+            if ref.epoch is not None and ref.epoch != self._s.epochs.get(ref.biz_type)
+        )
+        if stale:
+            raise StaleEpoch(stale)
         out = {}
         for ref in refs:
             job = self._s.job_at(ref)

@@ -54,6 +54,7 @@ class MemoryState:
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
     fence_counter: int = 0
     brokers: dict[str, BrokerBeat] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)  # each biz type's ownership epoch
     schedules: dict[str, Schedule] = field(default_factory=dict)  # by schedule key
     # The store's own clock, which writes report back (a test may skew it against the
     # callers'); None: a caller's clock stands in for it.

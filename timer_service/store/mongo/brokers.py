@@ -64,6 +64,17 @@ class MongoBrokers:
     async def broker_gone(self, broker_id: str) -> None:
         await self._l.brokers.delete_one({"_id": broker_id})
 
+    async def own_biz_type(self, biz_type: str, broker_id: str) -> int:
+        # One document per biz type: an upsert that increments is atomic on it.
+        doc = await self._l.owners.find_one_and_update(
+            {"_id": biz_type},
+            {"$inc": {"epoch": 1}, "$set": {"broker": broker_id}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        assert doc is not None  # an upsert returning the document after it
+        return int(doc["epoch"])
+
 
 def _epoch_ms(at: datetime) -> int:
     if at.tzinfo is None:  # a client without tz_aware: BSON dates are UTC

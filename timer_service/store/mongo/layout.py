@@ -48,6 +48,7 @@ from timer_service.constants import (
     BUCKET_COLLECTION_PREFIX,
     LEASES_COLLECTION,
     LOCATOR_COLLECTION,
+    OWNERS_COLLECTION,
     POINTERS_COLLECTION,
     ROUNDS_COLLECTION,
     SECONDS_COLLECTION,
@@ -99,6 +100,7 @@ class Layout:
         self.leases = self.db[LEASES_COLLECTION]
         self.pointers = self.db[POINTERS_COLLECTION]
         self.brokers = self.db[BROKERS_COLLECTION]
+        self.owners = self.db[OWNERS_COLLECTION]
         self.rounds = self.db[ROUNDS_COLLECTION]
         self.buckets = [self.db[f"{BUCKET_COLLECTION_PREFIX}{n}"] for n in range(buckets)]
 

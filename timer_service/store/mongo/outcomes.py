@@ -11,6 +11,7 @@ from pymongo import ReturnDocument, UpdateMany, UpdateOne
 
 from timer_service import jobs as machine
 from timer_service.dispatch import Outcome, SendRef
+from timer_service.errors import StaleEpoch
 from timer_service.model import Job, job_key
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
@@ -36,7 +37,14 @@ class MongoOutcomes:
         messages carry the jobs as claimed, the marked jobs are those with the mark
         applied (nothing else writes a dispatched job and leaves it so); otherwise the
         bucket's jobs are read back by this token. A lone job (every mark, at a
-        trickle) is one find-and-modify."""
+        trickle) is one find-and-modify.
+
+        Refs with an ownership epoch first read their biz types' epochs (one find):
+        a check, then the write. A new owner taking the epoch between the two cannot
+        get a second send out of it: its messages of these jobs reach it only once
+        this broker's channel has closed (single active consumer), and this broker
+        sends nothing once its ownership lapsed (broker/ownership.py)."""
+        await self._check_epochs(refs)
         if len(refs) == 1:
             return await self._mark_one(refs[0], send_token, now_ms)
         by_bucket: dict[int, dict[tuple[str, bool], dict[str, Job | None]]] = defaultdict(
@@ -89,6 +97,20 @@ class MongoOutcomes:
         )
         marked.update((d["_id"], doc_to_job(d)) for docs in found for d in docs)
         return marked
+
+    async def _check_epochs(self, refs: Sequence[SendRef]) -> None:
+        asked = {ref.biz_type: ref.epoch for ref in refs if ref.epoch is not None}
+        if not asked:
+            return
+        docs = await self._l.owners.find({"_id": {"$in": sorted(asked)}}).to_list(None)
+        current = {d["_id"]: d.get("epoch") for d in docs}
+        stale = frozenset(
+            ref.biz_type
+            for ref in refs
+            if ref.epoch is not None and current.get(ref.biz_type) != ref.epoch
+        )
+        if stale:
+            raise StaleEpoch(stale)
 
     async def _mark_one(self, ref: SendRef, send_token: str, now_ms: int) -> dict[str, Job]:
         bucket = self._l.buckets[_home(self._l, ref)]

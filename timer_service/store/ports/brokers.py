@@ -31,3 +31,10 @@ class BrokersPort(Protocol):
         ...
 
     async def broker_gone(self, broker_id: str) -> None: ...
+
+    async def own_biz_type(self, biz_type: str, broker_id: str) -> int:
+        """`broker_id` takes the stream of `biz_type`: a new ownership epoch, above
+        every earlier one of that biz type, which its send marks then carry
+        (`SendRef.epoch`); a mark under an earlier epoch applies nowhere from now on
+        (`outcomes.start_sending`). A retry after a lost reply takes another epoch."""
+        ...

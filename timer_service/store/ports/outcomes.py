@@ -17,7 +17,12 @@ class OutcomesPort(Protocol):
         under `send_token`, by job key. The others (cancelled, stale duplicates, a
         claim whose callback another message has started) are absent: not to be sent.
         Idempotent: the same call again (same `send_token`, after a lost reply)
-        answers the jobs the first one marked."""
+        answers the jobs the first one marked.
+
+        Fenced: a ref whose `epoch` is set and is not its biz type's current
+        ownership epoch (`brokers.own_biz_type`) fails the call with `StaleEpoch`,
+        naming those biz types, and nothing of it is marked: a broker that lost the
+        stream (frozen, cut off) can mark nothing of it."""
         ...
 
     async def record_outcomes(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
