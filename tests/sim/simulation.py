@@ -93,6 +93,7 @@ async def _simulate(seed: int, options: Options) -> Outcome:
     }
     checker = Checker(history, rates)
     violations = checker.during_run() + checker.at_least_once(final)
+    violations += checker.counts_equal_jobs(*cluster.calendar_counts())
     if cluster.mongo is not None:
         violations += checker.one_document(cluster.job_documents())
     await cluster.drive(cluster.shutdown())

@@ -60,3 +60,14 @@ def test_a_retry_before_its_retry_after_is_caught() -> None:
 def test_an_accepted_job_left_pending_is_caught() -> None:
     found = Checker(history(), {}).at_least_once({("orders", "j1"): {"state": "pending"}})
     assert [v.promise for v in found] == ["at least once"], found
+
+
+def test_a_calendar_count_off_its_jobs_is_caught() -> None:
+    checker = Checker(history(), {})
+    jobs = {(5, "orders"): 2, (5, "*"): 2}
+    assert checker.counts_equal_jobs(dict(jobs), jobs) == []
+    found = checker.counts_equal_jobs({(5, "orders"): 1, (5, "*"): 2, (9, "*"): 1}, jobs)
+    assert [v.detail for v in found] == [
+        "slot 5 orders: counted 1, 2 pending jobs",
+        "slot 9 *: counted 1, 0 pending jobs",
+    ], found
