@@ -50,7 +50,7 @@ async def test_cancel_and_reschedule_move_the_counts(store: Store) -> None:
 
 async def test_claim_takes_jobs_out_and_a_retry_puts_them_back(store: Store) -> None:
     await create(store, new("a"), new("b"))
-    [a, b] = sorted(await claim_second(store, S), key=lambda c: c.job_id)
+    [a, _] = sorted(await claim_second(store, S), key=lambda c: c.job_id)
     assert await due(store) == {}
     await store.jobs.cancel_job("orders", "b", NOW)  # dispatched: was not counted
     retry = Outcome(ref_of(a), OutcomeKind.RETRY, attempt(1, status=503), NOW + 30_000)
@@ -83,7 +83,7 @@ async def test_canary_jobs_are_nobody_s_load(store: Store) -> None:
     assert await due(store) == {S: 1}
 
 
-async def test_counts_sum_the_partitions(partitioned: Store) -> None:
+async def test_counts_sum_the_partitions(partitioned: Store) -> None:  # noqa: F811
     store = partitioned
     ids = [f"j{i}" for i in range(4 * P)]
     await create(store, *(new(i) for i in ids))

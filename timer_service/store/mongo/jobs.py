@@ -128,7 +128,11 @@ class MongoJobs:
                 # identity whose job may have expired, or whose creator left it long
                 # ago, is free for a new request.
                 status = machine.repeat_status_by_fingerprint(
-                    loc["due_at"], loc["payload_hash"], labels_of_terms(loc.get("labels")), new
+                    loc["due_at"],
+                    loc["payload_hash"],
+                    labels_of_terms(loc.get("labels")),
+                    new,
+                    loc.get("window_ms", 0),
                 )
                 job = machine.new_job(replace(new, due_at=loc["due_at"]), now_ms)
                 abandoned = now_ms - loc.get("created_at", now_ms) > ORPHAN_LOCATOR_MS

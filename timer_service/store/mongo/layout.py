@@ -326,8 +326,16 @@ def job_to_doc(job: Job, second: int, partition: int = 0) -> Doc:
         "sending": job.sending,
         "labels": dict(job.labels),
         "expire_at": None,
+        **window_fields(job),
         **trace_fields(job.trace),
     }
+
+
+def window_fields(job: Job) -> Doc:
+    """A flexible job's window and chosen moment: none for the many jobs without."""
+    if job.window_ms == 0 and job.fire_at is None:
+        return {}
+    return {"window_ms": job.window_ms, "fire_at": job.fire_at}
 
 
 def trace_fields(trace: TraceContext | None) -> Doc:
@@ -356,6 +364,7 @@ def locator_doc(job: Job, now_ms: int, expire_at: datetime, bucket: int) -> Doc:
         "due_at": job.due_at,
         "payload_hash": payload_fingerprint(job.payload_json),
         "labels": label_terms(job.labels),
+        **({"window_ms": job.window_ms} if job.window_ms else {}),
         "created_at": now_ms,
         "expire_at": expire_at,
     }
@@ -394,6 +403,8 @@ def doc_to_job(doc: Doc) -> Job:
         sending=doc.get("sending"),
         trace=trace_of(doc),
         labels=labels_of(doc.get("labels")),
+        window_ms=doc.get("window_ms", 0),
+        fire_at=doc.get("fire_at"),
     )
 
 
