@@ -91,3 +91,22 @@ async def test_counts_sum_the_partitions(partitioned: Store) -> None:  # noqa: F
     for job_id in ids[:P]:
         await store.jobs.cancel_job("orders", job_id, NOW)
     assert await due(store, "orders") == {S: 3 * P}
+
+
+async def test_a_flexible_job_is_indexed_and_counted_at_its_chosen_moment(store: Store) -> None:
+    [made] = await create(store, replace(new("f"), window_ms=10_000, fire_at=NOW + 9000))
+    assert (made.job.window_ms, made.job.fire_at, made.job.next_attempt_at) == (
+        10_000,
+        NOW + 9000,
+        NOW + 9000,
+    )
+    assert await due(store) == {S + 4: 1}
+    assert [e.second for e in await store.scan.next_seconds(S - 10, S + 100, 10)] == [S + 4]
+    [c] = await claim_second(store, S + 4)
+    assert (c.due_at, c.next_attempt_at) == (NOW + 5000, NOW + 9000)
+    job = await store.jobs.get_job("orders", "f")
+    assert job is not None and (job.window_ms, job.fire_at) == (10_000, NOW + 9000)
+    [again] = await create(store, replace(new("f"), window_ms=10_000, fire_at=NOW + 5000))
+    assert again.status.value == "exists" and again.job.fire_at == NOW + 9000
+    [other] = await create(store, replace(new("f"), window_ms=5000))
+    assert other.status.value == "conflict"
