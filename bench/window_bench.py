@@ -9,7 +9,7 @@ before the others wrote, as creates on different API processes do. `--concurrenc
 clients send at once, round robin over the instances; `--batch` jobs per request
 (1: one `POST /v1/jobs` each).
 
-Prints the busiest second against the even share (the bound: 1.2×) and the CPU per
+Prints the busiest second against the even share (the bound: 1.2 times) and the CPU per
 job registered. What it depends on: the batch size and the creates in flight at once
 (a second picked by c creates that read the same calendar gets up to c jobs more than
 its share, less the ties they spread over).
