@@ -71,16 +71,19 @@ def calendar_query(
     and `to` up to a whole second: the index counts by the second, so a step holds
     whole seconds."""
     if step_ms <= 0 or step_ms % SECOND_MS:
-        raise InvalidInput("must be a positive multiple of 1000 (whole seconds)", ("step_ms",))
+        raise InvalidInput(
+            "step_ms must be a positive multiple of 1000 (the calendar counts whole seconds)",
+            ("query", "step_ms"),
+        )
     start = from_ms - from_ms % SECOND_MS
     end = to_ms + (-to_ms) % SECOND_MS
     if end <= start:
-        raise InvalidInput("must be after from", ("to",))
+        raise InvalidInput("to must be after from", ("query", "to"))
     query = CalendarQuery(start, end, step_ms, biz_type)
     if query.steps > MAX_STEPS:
         raise InvalidInput(
             f"[from, to) holds {query.steps} steps of {step_ms} ms; at most {MAX_STEPS}",
-            ("step_ms",),
+            ("query", "step_ms"),
         )
     return query
 
@@ -129,12 +132,6 @@ def pending_moves(before: Job | None, after: Job | None, moves: Moves | None = N
 
 
 # --------------------------------------------------------------------------- windows
-
-
-def check_window(window_ms: int) -> int:
-    if not 0 <= window_ms <= MAX_WINDOW_MS:
-        raise InvalidInput(f"must be from 0 to {MAX_WINDOW_MS}", ("window_ms",))
-    return window_ms
 
 
 def window_seconds(due_at: int, window_ms: int) -> range:
