@@ -15,6 +15,7 @@ second of the index.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -149,10 +150,23 @@ def pick_offset(loads: Sequence[int], key: str) -> int:
     return ties[zlib.crc32(key.encode()) % len(ties)]
 
 
+# How much more than its even share of a batch one second may take from it: what
+# keeps creates that decide at the same time from all filling the same gap.
+BATCH_SPREAD = 1.5
+
+
 def place(windows: Sequence[tuple[str, int, int]], load: Mapping[int, int]) -> list[int]:
     """The fire moment of each (key, due_at, window_ms), in order: each job takes the
     least-loaded second of its window by `load`, the ones placed before it included
-    (a batch spreads by itself)."""
+    (a batch spreads by itself).
+
+    A second takes at most `BATCH_SPREAD` times its even share of the batch while
+    another second of the window has room: creates deciding at the same time read
+    the same `load`, and if each filled a gap in it entirely, c of them would
+    overfill it c times, and the next ones the gap that leaves. So a gap fills over
+    a few batches, and a second ends at most (c x 0.5 x the batch's share) above
+    the level, whatever came before (docs/api.md, "Load calendar and flexible
+    windows")."""
     taken: Counter[int] = Counter()
     out = []
     for key, due_at, window_ms in windows:
@@ -160,7 +174,12 @@ def place(windows: Sequence[tuple[str, int, int]], load: Mapping[int, int]) -> l
         if len(seconds) == 1:
             out.append(due_at)
             continue
-        k = pick_offset([load.get(s, 0) + taken[s] for s in seconds], key)
+        cap = max(1, math.ceil(BATCH_SPREAD * len(windows) / len(seconds)))
+        room = [i for i, s in enumerate(seconds) if taken[s] < cap]
+        while not room:
+            cap += max(1, cap // 2)
+            room = [i for i, s in enumerate(seconds) if taken[s] < cap]
+        k = room[pick_offset([load.get(seconds[i], 0) + taken[seconds[i]] for i in room], key)]
         taken[seconds[k]] += 1
         out.append(due_at + k * SECOND_MS)
     return out
