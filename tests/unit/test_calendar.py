@@ -9,7 +9,9 @@ import pytest
 
 from timer_service.calendar import calendar_query, pending_moves, per_step, place
 from timer_service.errors import InvalidInput
+from timer_service.jobs import claimed
 from timer_service.model import Job, JobState
+from timer_service.queue.base import decode, encode
 
 T = 1_767_225_600_000
 S = T // 1000
@@ -52,3 +54,12 @@ def test_a_batch_fills_a_gap_over_rounds_not_at_once() -> None:
     fires = Counter(place(windows, load))
     assert fires[T + 30_000] == 15, fires[T + 30_000]
     assert max(n for at, n in fires.items() if at != T + 30_000) <= 10
+
+
+def test_a_message_carries_the_job_s_window() -> None:
+    flexible = job().evolve(window_ms=9000, fire_at=T + 4000, next_attempt_at=T + 4000)
+    flexible = flexible.evolve(claim="c1", state=JobState.DISPATCHED)
+    carried = decode(encode(claimed(flexible, S + 4, carry=True))).job
+    assert carried is not None and (carried.window_ms, carried.fire_at) == (9000, T + 4000)
+    plain = decode(encode(claimed(job().evolve(claim="c1"), S, carry=True))).job
+    assert plain is not None and (plain.window_ms, plain.fire_at, plain.fires_at) == (0, None, T)
