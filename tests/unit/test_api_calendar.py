@@ -4,11 +4,14 @@ step, the parameters it refuses, and where flexible jobs land."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.unit.access_harness import BOOT, IN, OUT, bearer, secret_of, seeded
 from tests.unit.api_harness import NOW, Api, expect
+from timer_service.access import Role
 
 DUE = NOW + 60_000  # a whole second
 
@@ -120,3 +123,20 @@ async def test_a_reschedule_fires_at_the_new_due_time(api: Api) -> None:
         await api.request("PATCH", "/v1/jobs/orders/j1", json={"due_at": DUE + 90_000}), 200
     )
     assert patched["fire_at"] == DUE + 90_000 == patched["next_attempt_at"], patched
+
+
+async def test_a_token_of_some_biz_types_names_one(make_api: Callable[..., Any]) -> None:
+    api = await seeded(make_api)
+    viewer = bearer(secret_of(Role.VIEWER))  # covers team-a-* only
+    query = {"from": NOW, "to": NOW + 120_000, "step_ms": 60_000}
+    problem = expect(await api.request("GET", "/v1/calendar", params=query, headers=viewer), 403)
+    assert "biz_type" in problem["detail"], problem
+    own = {**query, "biz_type": IN}
+    got = expect(await api.request("GET", "/v1/calendar", params=own, headers=viewer), 200)
+    assert [b["due"] for b in got["buckets"]] == [0, 2], got  # its job and its schedule's
+    other = {**query, "biz_type": OUT}
+    expect(await api.request("GET", "/v1/calendar", params=other, headers=viewer), 403)
+    everyone = expect(
+        await api.request("GET", "/v1/calendar", params=query, headers=bearer(BOOT)), 200
+    )
+    assert [b["due"] for b in everyone["buckets"]] == [0, 4], everyone
