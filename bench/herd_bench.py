@@ -8,6 +8,11 @@ went out, the herd's delivery lateness, and the steady biz type's delivery
 lateness while the herd drains (isolation).
 
     .venv/bin/python bench/herd_bench.py [--herd 100000] [--steady-rate 100]
+        [--window-ms 60000]
+
+With `--window-ms`, the herd is registered with that flexible window, through the
+registrar as the API does (each job takes the least-loaded second of its window by
+the load calendar), and its lateness is counted from each job's `fire_at`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.amqp import AmqpQueue, exchange_name, queue_name  # noqa: E402
+from timer_service.registration import Registrar  # noqa: E402
 from timer_service.runtime import freeze_startup_heap  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
 from timer_service.store.memory import MemoryStore  # noqa: E402
@@ -65,7 +71,9 @@ def pct(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100)[int(p) - 1]
 
 
-async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = True) -> None:
+async def run(
+    herd: int, steady_rate: int, lead_s: float, with_broker: bool = True, window_ms: int = 0
+) -> None:
     receiver, port = start_receiver()
     prefix = f"herd{uuid.uuid4().hex[:8]}"
     store = MemoryStore(buckets=60)
@@ -85,12 +93,13 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
         now = clock.now_ms()
         herd_due = (now // 1000 + int(lead_s) + 1) * 1000  # a whole second, lead_s ahead
         t = time.perf_counter()
+        registrar = Registrar(store.jobs, metrics, calendar=store.calendar)
         for chunk in range(0, herd, 5000):
             jobs = [
-                NewJob("herd", f"h{i}", herd_due + i % 1000, "null")
+                NewJob("herd", f"h{i}", herd_due + i % 1000, "null", window_ms=window_ms)
                 for i in range(chunk, min(herd, chunk + 5000))
             ]
-            await store.jobs.create_jobs(jobs, clock.now_ms())
+            await registrar.register(jobs, clock.now_ms())
         steady_span_s = 60
         steady = [
             NewJob("steady", f"s{i}", herd_due - 2000 + int(i * 1000 / steady_rate), "null")
@@ -137,7 +146,10 @@ async def run(herd: int, steady_rate: int, lead_s: float, with_broker: bool = Tr
             for t, late in metrics.sent["steady"]
             if herd_due / 1000 <= t <= last_ms / 1000 + 0.5
         ]
-        print(f"\nherd of {herd:,} due at one second; steady biz type at {steady_rate}/s")
+        print(
+            f"\nherd of {herd:,} due at one second, window {window_ms} ms;"
+            f" steady biz type at {steady_rate}/s"
+        )
         print("| what | value |\n|---|---|")
         drain_s = (last_ms - herd_due) / 1000
         print(f"| last herd callback sent after the herd's second began | {drain_s:.1f} s |")
@@ -188,8 +200,9 @@ def main() -> None:
     parser.add_argument("--steady-rate", type=int, default=100)
     parser.add_argument("--lead-s", type=float, default=8.0)
     parser.add_argument("--daemon-only", action="store_true", help="no broker: publishing alone")
+    parser.add_argument("--window-ms", type=int, default=0, help="the herd's flexible window")
     args = parser.parse_args()
-    asyncio.run(run(args.herd, args.steady_rate, args.lead_s, not args.daemon_only))
+    asyncio.run(run(args.herd, args.steady_rate, args.lead_s, not args.daemon_only, args.window_ms))
 
 
 if __name__ == "__main__":

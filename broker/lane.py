@@ -438,7 +438,7 @@ class Lane:
         span = self._tracing.callback_started(job, attempt)
         with log_trace(span.traceparent):  # the attempt's lines join the job's trace
             request = build_request(biz, job, attempt, fired_at, span.traceparent)
-            self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.due_at) / 1000)
+            self._metrics.callback_sent(biz.biz_type, attempt, (fired_at - job.fires_at) / 1000)
             if job.next_attempt_at is not None and fired_at < job.next_attempt_at:
                 self._metrics.callback_early(biz.biz_type, (job.next_attempt_at - fired_at) / 1000)
             started = self._clock.monotonic_s()

@@ -36,6 +36,7 @@ from timer_service.model import (
     Labels,
     canonical_json,
     encode_payload,
+    job_key,
     same_payload,
     second_of,
 )
@@ -57,6 +58,13 @@ class NewJob:
     compare_due: bool = True
     trace: TraceContext | None = None  # the registration's W3C trace context, if valid
     labels: Labels = ()
+    window_ms: int = 0
+    # The moment chosen in the window (`Registrar`, by the calendar); None: due_at.
+    fire_at: int | None = None
+
+    @property
+    def key(self) -> str:
+        return job_key(self.biz_type, self.job_id)
 
 
 class CreateStatus(StrEnum):
@@ -103,7 +111,8 @@ def payload_json_within(payload: object, max_bytes: int) -> str:
 
 
 def new_job(new: NewJob, now_ms: int) -> Job:
-    """The job a create makes: pending, first attempt at its due time."""
+    """The job a create makes: pending, first attempt at its due time (at the moment
+    chosen in its window, for a flexible job)."""
     return Job(
         biz_type=new.biz_type,
         job_id=new.job_id,
@@ -111,7 +120,9 @@ def new_job(new: NewJob, now_ms: int) -> Job:
         payload_json=new.payload_json,
         state=JobState.PENDING,
         attempts=0,
-        next_attempt_at=new.due_at,
+        next_attempt_at=new.due_at if new.fire_at is None else new.fire_at,
+        window_ms=new.window_ms,
+        fire_at=new.fire_at,
         created_at=now_ms,
         updated_at=now_ms,
         trace=new.trace,
@@ -126,10 +137,13 @@ def payload_fingerprint(payload_json: str) -> str:
 
 def repeat_status(existing: Job, new: NewJob) -> CreateStatus:
     """A create of an identity that exists: the same request again, or a conflict.
-    Labels compare like the payload: a different labels object is a conflict."""
+    Labels compare like the payload: a different labels object is a conflict. A window
+    compares by its width, never by the moment chosen in it (another create may well
+    choose another)."""
     same_due = not new.compare_due or existing.due_at == new.due_at
     if (
         same_due
+        and existing.window_ms == new.window_ms
         and existing.labels == new.labels
         and same_payload(existing.payload_json, new.payload_json)
     ):
@@ -138,11 +152,13 @@ def repeat_status(existing: Job, new: NewJob) -> CreateStatus:
 
 
 def repeat_status_by_fingerprint(
-    due_at: int, fingerprint: str, labels: Labels, new: NewJob
+    due_at: int, fingerprint: str, labels: Labels, new: NewJob, window_ms: int = 0
 ) -> CreateStatus:
-    """`repeat_status` when only the due time, payload fingerprint and labels are known."""
+    """`repeat_status` when only the due time, payload fingerprint, labels and window
+    are known."""
     same_due = not new.compare_due or due_at == new.due_at
-    if same_due and labels == new.labels and fingerprint == payload_fingerprint(new.payload_json):
+    same = same_due and labels == new.labels and window_ms == new.window_ms
+    if same and fingerprint == payload_fingerprint(new.payload_json):
         return CreateStatus.EXISTS
     return CreateStatus.CONFLICT
 
@@ -302,7 +318,13 @@ def reschedule(job: Job, due_at: int, payload_json: str | None, now_ms: int) -> 
     """A pending job moves to `due_at` (and takes the new payload, if given)."""
     if job.state != JobState.PENDING:
         raise Conflict(f"only a pending job can be rescheduled; this one is {job.state.value}")
-    sets: dict[str, Any] = {"due_at": due_at, "next_attempt_at": due_at, "updated_at": now_ms}
+    # A new due time fires at that time: the window was used once, at the creation.
+    sets: dict[str, Any] = {
+        "due_at": due_at,
+        "next_attempt_at": due_at,
+        "fire_at": None,
+        "updated_at": now_ms,
+    }
     if payload_json is not None:
         sets["payload_json"] = payload_json
     return _change(_PENDING, **sets)

@@ -117,6 +117,10 @@ class Job:
     last_error: str | None = None
     history: tuple[Attempt, ...] = ()
     labels: Labels = ()
+    # A flexible job may fire anywhere in [due_at, due_at + window_ms]; fire_at is the
+    # moment chosen at its creation (docs/api.md, "Load calendar and flexible windows").
+    window_ms: int = 0
+    fire_at: int | None = None  # None: due_at (a job without a window, or from before)
     # Internal bookkeeping, never shown by the API.
     claim: str | None = None  # token of the dispatch that owns the job now
     fence: int = 0  # lease token of the daemon that claimed it last
@@ -136,6 +140,11 @@ class Job:
     def payload(self) -> Any:
         return json.loads(self.payload_json)
 
+    @property
+    def fires_at(self) -> int:
+        """The moment its first attempt was set for: never before it."""
+        return self.due_at if self.fire_at is None else self.fire_at
+
     def to_public(self, answers: bool = True) -> dict[str, Any]:
         """The job as the API shows it; `answers=False` leaves the attempts' `response`
         out, for listings (docs/api.md, "Attempt responses")."""
@@ -153,6 +162,8 @@ class Job:
             "last_error": self.last_error,
             "history": [a.to_public() if answers else a.to_dict() for a in self.history],
             "labels": dict(self.labels),
+            "window_ms": self.window_ms,
+            "fire_at": self.fires_at,
         }
 
     def evolve(self, **changes: Any) -> Job:

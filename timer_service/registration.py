@@ -14,14 +14,17 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from timer_service.biz_hold import deleted_meanwhile
+from timer_service.calendar import SECOND_MS, place, window_seconds
 from timer_service.errors import InvalidInput
 from timer_service.jobs import CreateResult, CreateStatus, NewJob
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, second_of
 from timer_service.quota import OverQuota, RegistrationQuota
 from timer_service.store.ports.biz_types import BizTypesPort
+from timer_service.store.ports.calendar import CalendarPort
 from timer_service.store.ports.jobs import JobsPort
 
 log = logging.getLogger(__name__)
@@ -38,12 +41,14 @@ class Registrar:
         biz_types: BizTypesPort | None = None,
         on_jobs_written: JobsWritten | None = None,
         quota: RegistrationQuota | None = None,
+        calendar: CalendarPort | None = None,
     ) -> None:
         self.jobs = jobs
         self._metrics = metrics
         self._biz_types = biz_types
         self._on_jobs_written = on_jobs_written
         self._quota = quota
+        self._calendar = calendar
 
     async def register(
         self, news: Sequence[NewJob], now_ms: int
@@ -73,7 +78,8 @@ class Registrar:
                 self._metrics.registrations_over_quota(refused.biz_type, counts[refused.biz_type])
                 raise
         if accepted:
-            written = await self.jobs.create_jobs([news[i] for i in accepted], now_ms)
+            placed = await self._place([news[i] for i in accepted])
+            written = await self.jobs.create_jobs(placed, now_ms)
             gone = await self._deleted_meanwhile(written, now_ms)
             for i, result in zip(accepted, written, strict=True):
                 biz_type = result.job.biz_type
@@ -89,6 +95,23 @@ class Registrar:
         names = {r.job.biz_type for r in written}
         created = [r.job for r in written if r.status is CreateStatus.CREATED]
         return await deleted_meanwhile(self._biz_types, self.jobs, names, created, now_ms)
+
+    async def _place(self, news: list[NewJob]) -> list[NewJob]:
+        """Flexible jobs get their moment: the least-loaded second of their window by
+        the calendar, read once for the batch's windows (`calendar.place`). Two creates
+        that read the calendar at the same time may pick the same second: each then
+        adds at most the jobs in flight to it, and ties spread by identity (docs/api.md,
+        "Load calendar and flexible windows")."""
+        flexible = [n for n in news if n.window_ms >= SECOND_MS]
+        if not flexible or self._calendar is None:
+            return news
+        spans = [window_seconds(n.due_at, n.window_ms) for n in flexible]
+        load = await self._calendar.due_by_second(
+            min(s.start for s in spans), max(s.stop for s in spans), None
+        )
+        moments = place([(n.key, n.due_at, n.window_ms) for n in flexible], load)
+        chosen = {id(n): at for n, at in zip(flexible, moments, strict=True)}
+        return [replace(n, fire_at=chosen[id(n)]) if id(n) in chosen else n for n in news]
 
     def _created(self, results: Sequence[CreateResult]) -> None:
         fresh = [r.job for r in results if r.status is CreateStatus.CREATED]

@@ -409,6 +409,21 @@ class Checker:
         ]
         return found
 
+    def counts_equal_jobs(
+        self, counts: dict[tuple[int, str], int], jobs: dict[tuple[int, str], int]
+    ) -> list[Violation]:
+        """The load calendar's count of every (second, biz type) equals its pending jobs,
+        at the end, once every self-healing path has had its time."""
+        off = sorted(
+            (key, counts.get(key, 0), jobs.get(key, 0))
+            for key in counts.keys() | jobs.keys()
+            if counts.get(key, 0) != jobs.get(key, 0)
+        )
+        return [
+            Violation("calendar counts", None, f"slot {at} {biz}: counted {n}, {m} pending jobs")
+            for (at, biz), n, m in off
+        ]
+
     def during_run(self) -> list[Violation]:
         return (
             self.never_early()

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,15 +31,20 @@ from tests.sim.history import Call, History
 from tests.sim.loop import SeededLoop, in_process
 from tests.sim.rabbit import Rabbit, RabbitConnection
 from tests.sim.store_faults import StoreFaults
+from timer_service.calendar import counted, counts_biz
 from timer_service.clock import FakeClock
+from timer_service.constants import SECONDS_COLLECTION
 from timer_service.metric_specs import API, BROKER, DAEMON
 from timer_service.metrics import Metrics
+from timer_service.partitions import slot as slot_of
 from timer_service.processes.build import build_api, build_broker, build_daemon
 from timer_service.processes.dependencies import Dependencies
 from timer_service.settings import Settings
 from timer_service.store.base import Store
 from timer_service.store.memory import MemoryStore
+from timer_service.store.mongo.layout import biz_of_field
 
+Counted = tuple[int, str]  # (slot, biz type; "*" for all of them)
 T = TypeVar("T")
 
 BUCKETS = 60
@@ -276,6 +282,37 @@ class Cluster:
             for doc in coll.docs.values()
             if {"biz_type", "job_id", "state"} <= doc.keys()
         ]
+
+    def calendar_counts(self) -> tuple[dict[Counted, int], dict[Counted, int]]:
+        """The load calendar's counts by (slot, biz type), and the pending business jobs
+        by the same, from the store's own data at the end of the run (the counts are
+        meant to equal the jobs: `Checker.counts_equal_jobs`)."""
+        counts: dict[Counted, int] = {}
+        jobs: Counter[Counted] = Counter()
+        if self.mongo is not None:
+            tables = self.mongo.engine.dbs.get("timer", {})
+            entries = (
+                tables[SECONDS_COLLECTION].docs.values() if SECONDS_COLLECTION in tables else ()
+            )
+            for entry in entries:
+                for name, n in (entry.get("by") or {}).items():
+                    counts[(int(entry["_id"]), biz_of_field(name))] = n
+                counts[(int(entry["_id"]), "*")] = entry.get("n", 0)
+            for doc in self.job_documents():
+                if doc["state"] == "pending" and counts_biz(doc["biz_type"]):
+                    jobs[(slot_of(doc.get("partition", 0), doc["second"]), doc["biz_type"])] += 1
+        else:
+            assert self.memory is not None
+            state = self.memory.state
+            for biz, by_slot in state.due_by_biz.items():
+                counts.update({(at, biz): n for at, n in by_slot.items()})
+            counts.update({(at, "*"): n for at, n in state.due.items()})
+            for job in state.jobs.values():
+                if (where := counted(job)) is not None:
+                    jobs[(state.slot(job.key, where[0]), where[1])] += 1
+        for (at, _), n in list(jobs.items()):
+            jobs[(at, "*")] += n
+        return counts, dict(jobs)
 
     # -- the API, as a client sees it --------------------------------------------------------
     async def call(self, method: str, path: str, body: Any = None) -> Call:

@@ -108,6 +108,7 @@ async def _simulate(seed: int, options: Options) -> Outcome:
         checker.during_run() + checker.at_least_once(final) + checker.deleted_biz_types(final)
     )
     violations += checker.lost_claims_on_time(sim_settings().reconcile_after_ms)
+    violations += checker.counts_equal_jobs(*cluster.calendar_counts())
     if cluster.mongo is not None:
         violations += checker.one_document(cluster.job_documents())
     await cluster.drive(cluster.shutdown())

@@ -100,3 +100,14 @@ def test_a_broker_back_from_a_stall_sending_what_was_sent_meanwhile_is_caught() 
     assert Checker(history(other, sent(31_005), faults=brief), {}).stale_owner() == []
     before = history(sent(500), sent(31_005), faults=stall)
     assert Checker(before, {}).stale_owner() == [], "sent before the freeze: a crash window"
+
+
+def test_a_calendar_count_off_its_jobs_is_caught() -> None:
+    checker = Checker(history(), {})
+    jobs = {(5, "orders"): 2, (5, "*"): 2}
+    assert checker.counts_equal_jobs(dict(jobs), jobs) == []
+    found = checker.counts_equal_jobs({(5, "orders"): 1, (5, "*"): 2, (9, "*"): 1}, jobs)
+    assert [v.detail for v in found] == [
+        "slot 5 orders: counted 1, 2 pending jobs",
+        "slot 9 *: counted 1, 0 pending jobs",
+    ], found

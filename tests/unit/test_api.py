@@ -184,6 +184,8 @@ async def test_create_with_due_at(api: Api) -> None:
         "last_error": None,
         "history": [],
         "labels": {},
+        "window_ms": 0,
+        "fire_at": NOW + 60_000,
     }
     assert api.created_total("orders") == 1.0
     assert api.written == [[(NOW + 60_000) // 1000]]

@@ -50,6 +50,7 @@ EXPECTED_ROLES = {
     "POST /v1/jobs:bulk-replay": Role.OPERATOR,
     "GET /v1/audit": Role.VIEWER,
     "GET /v1/stats": Role.VIEWER,
+    "GET /v1/calendar": Role.VIEWER,
     "GET /v1/servers": Role.VIEWER,
     "PUT /v1/schedules/{biz_type}/{schedule_id}": Role.PRODUCER,
     "POST /v1/schedules/{biz_type}/{schedule_id}/run-now": Role.PRODUCER,

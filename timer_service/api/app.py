@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from timer_service.api import (
     routes_biz,
+    routes_calendar,
     routes_canary,
     routes_console,
     routes_health,
@@ -130,6 +131,7 @@ def create_app(
         routes_jobs.router,
         routes_schedules.router,
         routes_console.router,
+        routes_calendar.router,
         routes_servers.router,
         routes_tokens.router,
         routes_health.router,

@@ -48,6 +48,7 @@ class ApiContext:
             biz_types=self.store.biz_types,
             on_jobs_written=self.on_jobs_written,
             quota=RegistrationQuota(),
+            calendar=self.store.calendar,
         )
 
     @cached_property

@@ -49,6 +49,7 @@ def parse_create(
         compare_due=request.due_at is not None,
         trace=trace,
         labels=labels_of(request.labels),
+        window_ms=request.window_ms,
     )
 
 

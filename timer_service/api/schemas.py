@@ -23,6 +23,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from timer_service.calendar import MAX_WINDOW_MS
 from timer_service.constants import (
     BIZ_TYPE_PATTERN,
     DEFAULT_SECRET_OVERLAP_S,
@@ -304,6 +305,17 @@ class JobCreateIn(_Strict):
     delay_ms: DelayMs | None = None
     payload: Any = Field(None, description="Any JSON value (absent = null).")
     labels: Labels | None = Field(None, description="Absent or null = no labels.")
+    window_ms: int = Field(
+        0,
+        ge=0,
+        le=MAX_WINDOW_MS,
+        description=(
+            "A flexible window: the job may fire at any moment of [due_at, due_at +"
+            " window_ms]; the service picks, at creation, the least-loaded second of it by"
+            " the load calendar (`fire_at` on the job). 0: at due_at. A repeated create"
+            " compares the window, not the moment picked."
+        ),
+    )
 
 
 class JobBatchIn(_Strict):
@@ -434,6 +446,11 @@ class JobOut(BaseModel):
     last_error: str | None
     history: list[AttemptOut]
     labels: dict[str, str]
+    window_ms: int = Field(description="The flexible window the job was created with (0: none).")
+    fire_at: int = Field(
+        description="The moment its first attempt was set for: due_at, or the one chosen in"
+        " its window (a reschedule sets it to the new due_at)."
+    )
 
 
 class LatenessOut(BaseModel):

@@ -72,12 +72,14 @@ def _job_fields(job: Job) -> dict[str, Any]:
         "budget_base": job.budget_base,
         "sending": job.sending,
         "trace": None if trace is None else [trace.traceparent, trace.tracestate],
+        **({"window": [job.window_ms, job.fire_at]} if job.window_ms else {}),
     }
 
 
 def _job_of(m: dict[str, Any], d: dict[str, Any]) -> Job:
     """The job a message carries: `d`, with the message's own fields `m`."""
     trace = d["trace"]
+    window_ms, fire_at = d.get("window", (0, None))
     return Job(
         biz_type=m["biz_type"],
         job_id=m["job_id"],
@@ -97,6 +99,8 @@ def _job_of(m: dict[str, Any], d: dict[str, Any]) -> Job:
         budget_base=d["budget_base"],
         sending=d["sending"],
         trace=None if trace is None else TraceContext(trace[0], trace[1]),
+        window_ms=window_ms,
+        fire_at=fire_at,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Protocol
 from timer_service.store.ports.audit import AuditPort
 from timer_service.store.ports.biz_types import BizTypesPort
 from timer_service.store.ports.brokers import BrokersPort
+from timer_service.store.ports.calendar import CalendarPort
 from timer_service.store.ports.console import ConsolePort
 from timer_service.store.ports.counts import CountsPort
 from timer_service.store.ports.jobs import JobsPort
@@ -33,6 +34,7 @@ from timer_service.store.ports.tokens import TokensPort
 PORTS: dict[str, type] = {
     "biz_types": BizTypesPort,
     "jobs": JobsPort,
+    "calendar": CalendarPort,
     "console": ConsolePort,
     "audit": AuditPort,
     "schedules": SchedulesPort,
@@ -59,6 +61,9 @@ class Store(Protocol):
 
     @property
     def jobs(self) -> JobsPort: ...
+
+    @property
+    def calendar(self) -> CalendarPort: ...
 
     @property
     def console(self) -> ConsolePort: ...

@@ -9,6 +9,7 @@ from timer_service.clock import Clock
 from timer_service.store.memory.audit import MemoryAudit
 from timer_service.store.memory.biz_types import MemoryBizTypes
 from timer_service.store.memory.brokers import MemoryBrokers
+from timer_service.store.memory.calendar import MemoryCalendar
 from timer_service.store.memory.console import MemoryConsole
 from timer_service.store.memory.counts import MemoryCounts
 from timer_service.store.memory.jobs import MemoryJobs
@@ -40,6 +41,7 @@ class MemoryStore:
         self.state = state or MemoryState(buckets, partitions, clock=clock)
         self.biz_types = MemoryBizTypes(self.state)
         self.jobs = MemoryJobs(self.state)
+        self.calendar = MemoryCalendar(self.state)
         scope = Scope()  # this process's partitions: `ScanPort.own`
         self.scan = MemoryScan(self.state, scope)
         self.rounds = MemoryRounds(self.state, scope)

@@ -27,7 +27,8 @@ class MemoryJobs:
                 results.append(CreateResult(status, existing))
                 continue
             job = machine.new_job(new, now_ms)
-            self._s.put(job, second_of(new.due_at))
+            assert job.next_attempt_at is not None
+            self._s.put(job, second_of(job.next_attempt_at))  # a flexible job's fire_at
             results.append(CreateResult(CreateStatus.CREATED, job))
         return results
 

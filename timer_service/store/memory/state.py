@@ -11,6 +11,7 @@ import bisect
 import builtins
 from dataclasses import dataclass, field
 
+from timer_service.calendar import pending_moves
 from timer_service.clock import Clock
 from timer_service.dispatch import BrokerBeat, SendRef
 from timer_service.errors import StoreUnavailable
@@ -47,6 +48,10 @@ class MemoryState:
     stamps: dict[int, int] = field(default_factory=dict)  # fence that last loaded a slot
     writes: int = 0  # makes every entry version unique
     sorted_seconds: list[int] = field(default_factory=list)  # the slots of `versions`
+    # The load calendar's counts of pending jobs, by slot as the index (and by biz type
+    # and slot): kept in step by `_store`, the one place a job is written.
+    due: dict[int, int] = field(default_factory=dict)
+    due_by_biz: dict[str, dict[int, int]] = field(default_factory=dict)
     dispatched: dict[str, None] = field(default_factory=dict)
     rounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # open: (opened at, fence)
     biz: dict[str, BizType] = field(default_factory=dict)
@@ -97,6 +102,8 @@ class MemoryState:
         old = self.jobs.get(key)
         if old is not None:
             self._unindex_pending(old, self.second_of_job[key])
+        for (at_s, biz), n in pending_moves(old, job).items():
+            self.count(self.slot(key, at_s), biz, n)
         self.jobs[key] = job
         self.second_of_job[key] = second
         if job.state == JobState.DISPATCHED:
@@ -105,6 +112,14 @@ class MemoryState:
             self.dispatched.pop(key, None)
         if job.state == JobState.PENDING and job.next_attempt_at is not None:
             bisect.insort(self.pending_in_second.setdefault(second, []), (job.next_attempt_at, key))
+
+    def count(self, at: int, biz_type: str, n: int) -> None:
+        for counts in (self.due, self.due_by_biz.setdefault(biz_type, {})):
+            left = counts.get(at, 0) + n
+            if left:
+                counts[at] = left
+            else:
+                counts.pop(at, None)
 
     def _unindex_pending(self, job: Job, second: int) -> None:
         if job.state != JobState.PENDING or job.next_attempt_at is None:

@@ -15,6 +15,7 @@ from timer_service.errors import StoreUnavailable
 from timer_service.store.mongo.audit import MongoAudit
 from timer_service.store.mongo.biz_types import MongoBizTypes
 from timer_service.store.mongo.brokers import MongoBrokers
+from timer_service.store.mongo.calendar import MongoCalendar
 from timer_service.store.mongo.console import MongoConsole
 from timer_service.store.mongo.counts import MongoCounts
 from timer_service.store.mongo.errors import UNAVAILABLE, translated
@@ -122,6 +123,7 @@ class MongoStore:
         )
         self.biz_types = translated(MongoBizTypes(acknowledged))
         self.jobs = translated(MongoJobs(acknowledged))
+        self.calendar = translated(MongoCalendar(acknowledged))
         self.console = translated(MongoConsole(acknowledged, self.jobs.read_jobs))
         self.audit = translated(MongoAudit(acknowledged))
         self.tokens = translated(MongoTokens(acknowledged))

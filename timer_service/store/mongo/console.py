@@ -16,6 +16,7 @@ from timer_service.store.mongo.layout import (
     LOCATOR_SLACK_MS,
     Doc,
     Layout,
+    SlotMoves,
     change_update,
     guard_filter,
 )
@@ -108,24 +109,33 @@ class MongoConsole:
         ]
         coll = self._l.buckets[bucket]
         result = await coll.bulk_write(ops, ordered=False)
-        changed = [(ch.apply(job), ch) for job, ch in items]
+        changed = [(ch.apply(job), ch, job) for job, ch in items]
         if result.modified_count != len(ops):
-            keys = [j.key for j, _ in changed]
+            keys = [j.key for j, _, _ in changed]
             docs = await coll.find({"_id": {"$in": keys}, **self._l.shard_keys(keys)}).to_list(None)
             now = {d["_id"]: (d["state"], d.get("updated_at")) for d in docs}
-            changed = [(j, ch) for j, ch in changed if now.get(j.key) == (j.state, j.updated_at)]
+            changed = [c for c in changed if now.get(c[0].key) == (c[0].state, c[0].updated_at)]
+        moves: SlotMoves = Counter()
+        for after, _, before in changed:
+            self._l.moves(before, after, moves)
         # The locator outlives its job (layout.locator_expire_at, outlives_locator).
         finished = [
-            j.key for j, ch in changed if ch.finishes and self._l.outlives_locator(j.due_at, now_ms)
+            j.key
+            for j, ch, _ in changed
+            if ch.finishes and self._l.outlives_locator(j.due_at, now_ms)
         ]
         await self._l.extend_locators(finished, now_ms)
-        # Jobs set to fire in a second: its entry names their bucket (they stay in it).
+        # Jobs set to fire in a second: its entry names their bucket (they stay in it);
+        # the calendar's counts move with them (out of a second, for a cancel).
         await self._l.bump(
-            (self._l.slot(j.key, second), bucket)
-            for j, ch in changed
-            if (second := ch.next_second) is not None
+            (
+                (self._l.slot(j.key, second), bucket)
+                for j, ch, _ in changed
+                if (second := ch.next_second) is not None
+            ),
+            moves,
         )
-        return [j for j, _ in changed]
+        return [j for j, _, _ in changed]
 
     async def count_by_state(self, biz_type: str | None) -> dict[tuple[str, JobState], int]:
         match = {} if biz_type is None else {"biz_type": biz_type}

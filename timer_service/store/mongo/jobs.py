@@ -6,7 +6,7 @@ is where the job is, for its whole life."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -20,6 +20,7 @@ from timer_service.store.mongo.layout import (
     LOCATOR_SLACK_MS,
     Doc,
     Layout,
+    SlotMoves,
     change_update,
     doc_to_job,
     guard_filter,
@@ -81,15 +82,24 @@ class MongoJobs:
         `_id` per bucket, and an identity's home never changes, so one document."""
         by_bucket: dict[int, list[Doc]] = defaultdict(list)
         placed: set[tuple[int, int]] = set()
+        written: list[Job] = []
         for job, home in jobs:
             assert job.next_attempt_at is not None
             s = second_of(job.next_attempt_at)
             by_bucket[home].append(job_to_doc(job, s, self._l.partition(job.key)))
             placed.add((self._l.slot(job.key, s), home))
-        await asyncio.gather(
+            written.append(job)
+        there = await asyncio.gather(
             *(insert_ignoring_duplicates(self._l.buckets[b], docs) for b, docs in by_bucket.items())
         )
-        await self._l.bump(placed)
+        # Only the documents this call inserted count in the calendar: one already
+        # there was counted by the creator that wrote it.
+        before = set().union(*there)
+        moves: SlotMoves = Counter()
+        for job in written:
+            if job.key not in before:
+                self._l.moves(None, job, moves)
+        await self._l.bump(placed, moves)
 
     async def _existing_results(
         self, news: dict[str, NewJob], now_ms: int
@@ -118,7 +128,11 @@ class MongoJobs:
                 # identity whose job may have expired, or whose creator left it long
                 # ago, is free for a new request.
                 status = machine.repeat_status_by_fingerprint(
-                    loc["due_at"], loc["payload_hash"], labels_of_terms(loc.get("labels")), new
+                    loc["due_at"],
+                    loc["payload_hash"],
+                    labels_of_terms(loc.get("labels")),
+                    new,
+                    loc.get("window_ms", 0),
                 )
                 job = machine.new_job(replace(new, due_at=loc["due_at"]), now_ms)
                 abandoned = now_ms - loc.get("created_at", now_ms) > ORPHAN_LOCATOR_MS
@@ -247,17 +261,23 @@ class MongoJobs:
         missed); one that sets it to fire in a second then bumps that second's entry,
         naming the home bucket."""
         home = self._l.home_of(loc)
-        updated = await self._l.buckets[home].find_one_and_update(
+        # The document before the change: what it was is what the calendar's counts
+        # move from (the guard may hold for a state other than the one read).
+        was = await self._l.buckets[home].find_one_and_update(
             {"_id": doc["_id"], **self._l.shard_key(doc["_id"]), **guard_filter(change.guard)},
             change_update(change, self._l.expire_at(now_ms)),
-            return_document=ReturnDocument.AFTER,
+            return_document=ReturnDocument.BEFORE,
         )
-        if updated is None:
+        if was is None:
             return None
-        job = doc_to_job(updated)
+        before = doc_to_job(was)
+        job = change.apply(before)
+        moves = self._l.moves(before, job, Counter())
         second = change.next_second
+        if second is None and any(moves.values()):
+            await self._l.bump([], moves)  # out of its second (a cancel)
         if second is not None:
-            await self._l.bump([(self._l.slot(job.key, second), home)])
+            await self._l.bump([(self._l.slot(job.key, second), home)], moves)
             # Set to fire so much later than its locator was written for that the
             # locator might not outlive it: extended (an API call, rare; a reschedule
             # by less than half the slack sends nothing: the identity keeper extends

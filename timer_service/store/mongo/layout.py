@@ -9,14 +9,18 @@
   the first due time and payload fingerprint. Written once, never repointed: its
   unique ``_id`` is what makes create idempotent and lookups O(1). (A locator
   written before homes existed has no ``bucket``; its ``second`` names it.)
-- ``seconds``: ``_id = slot``, ``v = version``, ``buckets``: the ordered index
+- ``seconds``: ``_id = slot``, ``v = version``, ``buckets``, ``n``, ``by``,
+  ``cv``: the ordered index
   of non-empty seconds, one entry per (partition, second)
   (timer_service/partitions.py: the slot of partition 0 is the second itself),
   naming the buckets that hold jobs due in it (nearly always one: the bucket of
   the second itself; an entry without the list, written before, names that one).
   Every write into a second bumps ``v`` and adds its bucket, in one upsert, after
   writing the job; the daemon deletes an entry only with the version it read
-  before loading it.
+  before loading it. ``n`` counts the entry's pending jobs and ``by`` the same per
+  biz type (`count_field`), changed with every write that makes a job pending in
+  the second or takes it out (``cv``, a new version each time, lets the daemon's
+  load correct them: store/mongo/scan.py). The load calendar reads only these.
 - No write needs a multi-document transaction: every change of a job is one
   conditional update of its one document (docs/architecture.md, "Storage").
 - Final jobs get ``expire_at`` and a TTL index removes them after the retention
@@ -30,6 +34,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -42,6 +47,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
+from timer_service.calendar import pending_moves
 from timer_service.constants import (
     BIZ_TYPES_COLLECTION,
     BROKERS_COLLECTION,
@@ -60,6 +66,7 @@ from timer_service.responses import RESPONSES_KEPT, AttemptResponse
 from timer_service.tracecontext import TraceContext
 
 Doc = dict[str, Any]
+SlotMoves = Counter[tuple[int, str]]  # (slot, biz type) -> change of its pending count
 Collection = AsyncCollection[Doc]
 DUPLICATE_KEY = 11000
 
@@ -211,15 +218,31 @@ class Layout:
             {"$set": {"expire_at": self.locator_expire_at(keep_until_ms or ends_ms)}},
         )
 
-    async def bump(self, placed: Iterable[tuple[int, int]]) -> None:
+    def moves(self, before: Job | None, after: Job | None, into: SlotMoves) -> SlotMoves:
+        """What a write of one job from `before` to `after` does to the pending counts
+        of the seconds index (`calendar.pending_moves`), by slot, added to `into`."""
+        key = (after or before).key  # type: ignore[union-attr]
+        for (second, biz), n in pending_moves(before, after).items():
+            into[(self.slot(key, second), biz)] += n
+        return into
+
+    async def bump(self, placed: Iterable[tuple[int, int]], moves: SlotMoves | None = None) -> None:
         """Renew the entries of these (slot, bucket) pairs, creating them: after the
         jobs are written. One upsert per slot sets a new version and adds the buckets
-        to the entry's list, in one command.
+        to the entry's list, in one command; it also adds `moves` to the entries'
+        pending counts (docs/architecture.md, "Load calendar"), those of slots not
+        renewed by updates that create nothing (a released entry stays released).
         Each write gets a version no earlier write had (an ObjectId: unique across
         processes), so a release with a version read before can only miss."""
         by_slot: dict[int, set[int]] = {}
         for at, bucket in placed:
             by_slot.setdefault(at, set()).add(bucket)
+        incs: dict[int, Doc] = {}
+        for (at, biz), n in sorted((moves or {}).items()):
+            if n:
+                inc = incs.setdefault(at, {})
+                inc["n"] = inc.get("n", 0) + n
+                inc[count_field(biz)] = n
         ops: list[UpdateOne] = []
         for at, homes in sorted(by_slot.items()):
             own = self.bucket_no(second_of_slot(at))
@@ -232,16 +255,17 @@ class Layout:
                         {"_id": at, "buckets": {"$exists": False}}, {"$set": {"buckets": [own]}}
                     )
                 )
-            ops.append(
-                UpdateOne(
-                    {"_id": at},
-                    {
-                        "$set": {"v": str(ObjectId())},
-                        "$addToSet": {"buckets": {"$each": sorted(homes)}},
-                    },
-                    upsert=True,
-                )
-            )
+            update: Doc = {
+                "$set": {"v": str(ObjectId())},
+                "$addToSet": {"buckets": {"$each": sorted(homes)}},
+            }
+            inc = incs.pop(at, {})
+            if inc:
+                update["$set"]["cv"] = str(ObjectId())
+                update["$inc"] = inc
+            ops.append(UpdateOne({"_id": at}, update, upsert=True))
+        for at, inc in incs.items():
+            ops.append(UpdateOne({"_id": at}, {"$inc": inc, "$set": {"cv": str(ObjectId())}}))
         if ops:
             await self.seconds.bulk_write(ops, ordered=True)
 
@@ -252,6 +276,17 @@ class Layout:
         if named is None:
             return [self.bucket_no(second_of_slot(int(entry["_id"])))]
         return sorted(int(b) for b in named)
+
+
+def count_field(biz_type: str) -> str:
+    """The field of an entry of the seconds index that counts a biz type's pending jobs:
+    under `by`, a biz type's '.' spelt ':' (which no biz type holds), so that it is
+    one field and not a path."""
+    return "by." + biz_type.replace(".", ":")
+
+
+def biz_of_field(name: str) -> str:
+    return name.replace(":", ".")
 
 
 async def insert_ignoring_duplicates(coll: Collection, docs: list[Doc]) -> set[str]:
@@ -296,8 +331,16 @@ def job_to_doc(job: Job, second: int, partition: int = 0) -> Doc:
         "sending": job.sending,
         "labels": dict(job.labels),
         "expire_at": None,
+        **window_fields(job),
         **trace_fields(job.trace),
     }
+
+
+def window_fields(job: Job) -> Doc:
+    """A flexible job's window and chosen moment: none for the many jobs without."""
+    if job.window_ms == 0 and job.fire_at is None:
+        return {}
+    return {"window_ms": job.window_ms, "fire_at": job.fire_at}
 
 
 def trace_fields(trace: TraceContext | None) -> Doc:
@@ -326,6 +369,7 @@ def locator_doc(job: Job, now_ms: int, expire_at: datetime, bucket: int) -> Doc:
         "due_at": job.due_at,
         "payload_hash": payload_fingerprint(job.payload_json),
         "labels": label_terms(job.labels),
+        **({"window_ms": job.window_ms} if job.window_ms else {}),
         "created_at": now_ms,
         "expire_at": expire_at,
     }
@@ -364,6 +408,8 @@ def doc_to_job(doc: Doc) -> Job:
         sending=doc.get("sending"),
         trace=trace_of(doc),
         labels=labels_of(doc.get("labels")),
+        window_ms=doc.get("window_ms", 0),
+        fire_at=doc.get("fire_at"),
     )
 
 

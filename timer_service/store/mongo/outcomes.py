@@ -4,19 +4,22 @@ as the state machine says, in bulk."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from pymongo import ReturnDocument, UpdateMany, UpdateOne
+from pymongo.results import BulkWriteResult
 
 from timer_service import jobs as machine
+from timer_service.calendar import counts_biz
 from timer_service.dispatch import Outcome, SendRef
 from timer_service.errors import StaleEpoch
-from timer_service.model import Job, job_key
+from timer_service.model import Job, job_key, second_of
 from timer_service.store.mongo.layout import (
     CLAIM_PROJECTION,
     LOCATOR_SLACK_MS,
     Layout,
+    SlotMoves,
     change_update,
     doc_to_job,
     guard_filter,
@@ -167,7 +170,7 @@ class MongoOutcomes:
             if (second := c.next_second) is not None
         }
         if retried:  # a retry is a new timer: its second must name its bucket
-            await layout.bump(retried)
+            await layout.bump(retried, await self._retry_moves(by_bucket, results, now_ms))
         # Locators were given an expiry past their job's when written: only a job that
         # ends, or is retried, long after its due time needs its locator extended
         # (normally none, and then no command is sent at all).
@@ -199,6 +202,51 @@ class MongoOutcomes:
         ]
         if missed:
             await self._record_after_cancel(missed, now_ms)
+
+    async def _retry_moves(
+        self,
+        by_bucket: dict[int, list[tuple[Outcome, machine.Change]]],
+        results: Sequence[BulkWriteResult],
+        now_ms: int,
+    ) -> SlotMoves:
+        """The calendar counts of the retries that applied: each is pending again in
+        its new second. A bucket whose updates all applied needs no read; one where
+        some missed (cancelled meanwhile, or written already by an earlier call whose
+        reply was lost, which counted them or failed before it could: the second's
+        next load recounts) is read back for the retried jobs this call wrote (their
+        `updated_at`)."""
+        layout = self._l
+        moves: SlotMoves = Counter()
+        for (b, items), result in zip(by_bucket.items(), results, strict=True):
+            retries = {
+                _key(o): o
+                for o, c in items
+                if c.next_second is not None and counts_biz(o.ref.biz_type)
+            }
+            if not retries:
+                continue
+            if result.modified_count < len(items):
+                keys = list(retries)
+                docs = (
+                    await layout.buckets[b]
+                    .find(
+                        {
+                            "_id": {"$in": keys},
+                            **layout.shard_keys(keys),
+                            "state": "pending",
+                            "updated_at": now_ms,
+                        },
+                        {"next_attempt_at": 1},
+                    )
+                    .to_list(None)
+                )
+                pending = {d["_id"]: d.get("next_attempt_at") for d in docs}
+                retries = {k: o for k, o in retries.items() if pending.get(k) == o.next_attempt_at}
+            for key, o in retries.items():
+                assert o.next_attempt_at is not None
+                at = layout.slot(key, second_of(o.next_attempt_at))
+                moves[(at, o.ref.biz_type)] += 1
+        return moves
 
     async def _record_after_cancel(self, outcomes: Sequence[Outcome], now_ms: int) -> None:
         """`jobs.outcome_after_cancel`, as its guard says (once per attempt)."""

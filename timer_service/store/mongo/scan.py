@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Collection
 from dataclasses import replace
 from typing import Any
 
-from pymongo import ASCENDING, DeleteOne
+from bson import ObjectId
+from pymongo import ASCENDING, DeleteOne, UpdateOne
 from pymongo.errors import OperationFailure
 
 from timer_service import jobs as machine
+from timer_service.calendar import counts_biz
 from timer_service.dispatch import Claimed, SecondEntry
 from timer_service.model import JobState
 from timer_service.partitions import partition_of_slot, second_of_slot, slot
@@ -22,7 +24,10 @@ from timer_service.store.mongo.layout import (
     LOAD_BATCH,
     Doc,
     Layout,
+    SlotMoves,
+    biz_of_field,
     change_update,
+    count_field,
     doc_to_job,
     guard_filter,
     one_reply,
@@ -83,14 +88,15 @@ class MongoScan(Scoped):
     async def load_second(self, second: int, fence: int) -> list[tuple[str, int]]:
         slots = [slot(p, second) for p in self._partitions()]
         stamp = {"_id": slots[0] if len(slots) == 1 else {"$in": slots}}
+        counts = {"n": 1, "by": 1, "cv": 1}
         if len(slots) == 1:
             entry = await self._l.seconds.find_one_and_update(
-                stamp, {"$max": {"f": fence}}, {"buckets": 1, "v": 1}
+                stamp, {"$max": {"f": fence}}, {"buckets": 1, "v": 1, **counts}
             )
             entries = [] if entry is None else [entry]
         else:
             await self._l.seconds.update_many(stamp, {"$max": {"f": fence}})
-            entries = await self._l.seconds.find(stamp, {"buckets": 1}).to_list(None)
+            entries = await self._l.seconds.find(stamp, {"buckets": 1, **counts}).to_list(None)
         buckets = self._remember(second, self._buckets_named(second, entries))
         pending = self._scoped({"second": second, "state": JobState.PENDING.value})
         found = await asyncio.gather(
@@ -106,7 +112,36 @@ class MongoScan(Scoped):
             empty = [b for b, docs in zip(buckets, found, strict=True) if not docs]
             if empty:
                 await self._forget_buckets(second, entries[0], empty)
-        return [(d["_id"], d["next_attempt_at"]) for docs in found for d in docs]
+        due = [(d["_id"], d["next_attempt_at"]) for docs in found for d in docs]
+        await self._recount(second, entries, due)
+        return due
+
+    async def _recount(
+        self, second: int, entries: list[Doc], pending: list[tuple[str, int]]
+    ) -> None:
+        """Set the calendar's counts of these entries to the pending jobs just read, if
+        they differ and no count has moved since the entries were read (`cv`). A write
+        whose count update failed or was lost, after its job was written, leaves the
+        counts off by one until then (docs/architecture.md, "Load calendar")."""
+        exact: dict[int, Counter[str]] = defaultdict(Counter)
+        for key, _ in pending:
+            biz = key.split("/", 1)[0]
+            if counts_biz(biz):
+                exact[self._l.slot(key, second)][biz] += 1
+        fixes = []
+        for entry in entries:
+            want = exact.get(int(entry["_id"]), Counter())
+            have = {biz_of_field(f): n for f, n in (entry.get("by") or {}).items() if n}
+            if entry.get("n", 0) != sum(want.values()) or have != dict(want):
+                by = {count_field(b)[len("by.") :]: n for b, n in want.items()}
+                fixes.append(
+                    UpdateOne(
+                        {"_id": entry["_id"], "cv": entry.get("cv")},
+                        {"$set": {"n": sum(want.values()), "by": by, "cv": str(ObjectId())}},
+                    )
+                )
+        if fixes:
+            await self._l.seconds.bulk_write(fixes, ordered=False)
 
     async def _forget_buckets(self, second: int, entry: Doc, empty: list[int]) -> None:
         """Take buckets that hold no pending job of `second` off its entry, so that its
@@ -197,6 +232,11 @@ class MongoScan(Scoped):
         mine = self._scoped({"second": second, "claim": claim})
         found = coll.find(mine, CLAIM_PROJECTION).batch_size(one_reply(result.modified_count))
         docs = await found.to_list(None)
+        if len(docs) == result.modified_count:
+            # Out of the calendar, in one command for the round. (More found than
+            # claimed: some were this claim's already, a round retried after a lost
+            # reply, and counted then or not: the second's next load recounts.)
+            await self._l.bump([], self._claimed_moves(docs))
         return [
             replace(machine.claimed(doc_to_job(d), d["second"], carry=True), bucket=b) for d in docs
         ]
@@ -212,6 +252,13 @@ class MongoScan(Scoped):
             for b, docs in zip(buckets, found, strict=True)
             for d in docs
         ]
+
+    def _claimed_moves(self, docs: list[Doc]) -> SlotMoves:
+        moves: SlotMoves = Counter()
+        for d in docs:
+            if counts_biz(d["biz_type"]):
+                moves[(self._l.slot(d["_id"], d["second"]), d["biz_type"])] -= 1
+        return moves
 
     @staticmethod
     async def _bounded(coll: Any, query: Doc, limit: int) -> Doc:
