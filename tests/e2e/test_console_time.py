@@ -1,11 +1,13 @@
 """The console's views of time in headless Chromium against a real `timer-service dev`
 (fixtures of test_console.py): the servers view (daemons, brokers, the canary), a biz
-type's per-minute charts, and a schedule's "run now", "skip next" and edit.
+type's per-minute charts, the load calendar, and a schedule's "run now", "skip next" and
+edit.
 `CONSOLE_SCREENSHOTS=1` also writes docs/console/*.png."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import pytest
@@ -85,6 +87,41 @@ def test_a_biz_types_last_hour_is_charted(
     assert sum(p["delivered"] for p in points) == 40, points[-3:]
     assert sum(p["failed"] for p in points) == 6, points[-3:]
     screenshot(page, "charts", scroll_to=page.get_by_test_id("biz-stats"))
+
+
+def test_the_calendar_shows_how_much_fires_in_the_next_hour_and_its_peak(
+    page: Page, client: httpx.Client, receiver: SwitchableReceiver
+) -> None:
+    biz = "console-calendar"
+    put_biz(client, biz, receiver)
+    minute = int(time.time() * 1000) // 60_000 * 60_000
+    peak, later = minute + 20 * 60_000, minute + 40 * 60_000
+    jobs = [{"biz_type": biz, "job_id": f"peak-{i}", "due_at": peak + 30_000} for i in range(30)]
+    jobs += [{"biz_type": biz, "job_id": f"later-{i}", "due_at": later + 5_000} for i in range(5)]
+    create_jobs(client, jobs)
+
+    page.goto(f"/ui/#/biz/{biz}")
+    summary = page.get_by_test_id("calendar-summary")
+    expect(summary).to_have_attribute("data-total", "35")
+    expect(summary).to_have_attribute("data-peak-at", str(peak))
+    expect(summary).to_contain_text("35 due in the next hour")
+    bars = page.get_by_test_id("chart-calendar").locator("rect.s-accent")
+    expect(bars).to_have_count(2)
+    screenshot(page, "calendar", scroll_to=page.get_by_test_id("calendar-panel"))
+
+    page.get_by_test_id("calendar-range-1d").click()
+    expect(page.get_by_test_id("chart-calendar")).to_have_attribute("data-range", "1d")
+    expect(summary).to_have_attribute("data-total", "35")
+    page.get_by_test_id("calendar-range-10m").click()
+    expect(page.get_by_test_id("chart-calendar")).to_have_attribute("data-range", "10m")
+    expect(summary).to_have_attribute("data-total", "0")
+    expect(summary).to_contain_text("Nothing due in the next 10 min")
+
+    page.goto("/ui/#/")  # the overview's calendar counts every biz type
+    expect(page.get_by_test_id("calendar-panel")).to_contain_text("every biz type")
+    total = page.get_by_test_id("calendar-summary")
+    expect(total).to_have_attribute("data-total", re.compile(r"^\d+$"))
+    assert int(total.get_attribute("data-total") or 0) >= 35
 
 
 def test_run_now_skip_next_and_edit_a_schedule(page: Page, client: httpx.Client) -> None:

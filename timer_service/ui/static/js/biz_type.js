@@ -4,6 +4,7 @@
 import { api, enc } from "./api.js";
 import { configForm, createBizType, saveBizType, setPaused } from "./biz_config.js";
 import { deadLettersSection, searchSection } from "./biz_jobs.js";
+import { calendarPanel } from "./calendar.js";
 import { fmtCount, fmtTime, h, replaceChildren, showError } from "./dom.js";
 import { rateLimitText } from "./overview.js";
 import { seriesPanel } from "./series.js";
@@ -63,6 +64,7 @@ export async function bizTypeView(main, [name], life) {
   const formSlot = h("div", {});
   const stats = statsPanel();
   const series = seriesPanel(name);
+  const calendar = calendarPanel(name);
 
   const show = (saved) => {
     config = saved;
@@ -101,6 +103,7 @@ export async function bizTypeView(main, [name], life) {
     summary,
     stats.node,
     series.node,
+    calendar.node,
     h("details", { class: "panel", testid: "config-panel" }, h("summary", {}, "Config"), formSlot),
     deadLetters.node,
     search.node,
@@ -118,6 +121,7 @@ export async function bizTypeView(main, [name], life) {
     }
   });
   life.poll(() => series.reload(), SERIES_POLL_MS); // its errors show in the stats' banner
+  life.poll(() => calendar.reload(), SERIES_POLL_MS);
 }
 
 export async function newBizTypeView(main) {

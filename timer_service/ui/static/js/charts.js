@@ -30,8 +30,9 @@ function hhmm(ms) {
 }
 
 // `series`: [{ name, cls, values: [number|null] }] over the same `times` (epoch ms, one
-// step each); `kind` "bars" (stacked, counts) or "lines" (gaps where a value is null).
-export function chart({ title, times, series, kind, unit = "" }) {
+// step each); `kind` "bars" (stacked, counts) or "lines" (gaps where a value is null);
+// `label` writes a time on the axis and in tooltips (UTC hours and minutes unless given).
+export function chart({ title, times, series, kind, unit = "", label = hhmm }) {
   const n = times.length;
   const plotW = WIDTH - PAD.left - PAD.right;
   const plotH = HEIGHT - PAD.top - PAD.bottom;
@@ -60,7 +61,7 @@ export function chart({ title, times, series, kind, unit = "" }) {
     [n - 1, "tick end"],
   ];
   for (const [i, cls] of labelled) {
-    if (n > 0) svg.append(el("text", { x: cls === "tick end" ? x(i + 1) : x(i), y: HEIGHT - 4, class: cls }, hhmm(times[i])));
+    if (n > 0) svg.append(el("text", { x: cls === "tick end" ? x(i + 1) : x(i), y: HEIGHT - 4, class: cls }, label(times[i])));
   }
   if (kind === "bars") {
     const barW = Math.max(1, plotW / n - 1);
@@ -70,7 +71,7 @@ export function chart({ title, times, series, kind, unit = "" }) {
         const v = s.values[i] || 0;
         if (v <= 0) continue;
         const rect = el("rect", { x: x(i), y: y(base + v), width: barW, height: y(base) - y(base + v), class: s.cls });
-        rect.append(el("title", {}, `${hhmm(at)} ${s.name}: ${v}`));
+        rect.append(el("title", {}, `${label(at)} ${s.name}: ${v}`));
         svg.append(rect);
         base += v;
       }
@@ -87,7 +88,7 @@ export function chart({ title, times, series, kind, unit = "" }) {
       s.values.forEach((v, i) => {
         if (v === null || v === undefined) return;
         const dot = el("circle", { cx: x(i) + plotW / n / 2, cy: y(v), r: 1.8, class: s.cls });
-        dot.append(el("title", {}, `${hhmm(times[i])} ${s.name}: ${v}${unit}`));
+        dot.append(el("title", {}, `${label(times[i])} ${s.name}: ${v}${unit}`));
         svg.append(dot);
       });
     }

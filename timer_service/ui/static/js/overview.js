@@ -2,6 +2,7 @@
 // every biz type's counts, throughput and lateness, polled live.
 
 import { api, enc } from "./api.js";
+import { calendarPanel } from "./calendar.js";
 import { fmtCount, fmtTime, h, replaceChildren, showError } from "./dom.js";
 import { canaryBox } from "./servers.js";
 
@@ -54,8 +55,11 @@ async function showCanary(slot, life) {
   }
 }
 
+const CALENDAR_POLL_MS = 10_000; // the calendar changes as jobs come and go, slowly
+
 export async function overviewView(main, _params, life) {
   const tbody = h("tbody", {});
+  const calendar = calendarPanel();
   const updated = h("span", { class: "muted", testid: "updated-at" }, "loading…");
   const canary = h("div", {});
   replaceChildren(
@@ -80,7 +84,9 @@ export async function overviewView(main, _params, life) {
       "Counts are the jobs in each state now; delivered and failed are callback outcomes of " +
         "the last 60 s; lateness is the p99 of first attempts over the last 5 minutes.",
     ),
+    calendar.node,
   );
+  life.poll(() => calendar.reload(), CALENDAR_POLL_MS); // its errors show in the stats' banner
   let failing = false;
   life.poll(async () => {
     showCanary(canary, life);
