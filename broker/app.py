@@ -144,6 +144,11 @@ class Broker:
     def biz_types(self) -> list[str]:
         return sorted(self._lanes)
 
+    @property
+    def letting_go(self) -> list[str]:
+        """The biz types being let go of: draining, their consumers not yet cancelled."""
+        return sorted(lane.biz.biz_type for lane in self._leaving)
+
     # -- discovery -------------------------------------------------------------------
     async def _discover(self) -> None:
         """Consume the biz types this broker owns among the live brokers, apply config

@@ -90,6 +90,18 @@ def test_a_handover_under_a_backlog_sends_no_job_twice() -> None:
     holds(simulate(1023))
 
 
+def test_a_handover_while_outcome_writes_hang_sends_no_job_twice() -> None:
+    """Seed 1158 (found among 43 seeds once the faults had store elections): issue 30,
+    break 4. broker-1#5 calls orders/j34 back at 25.3 s (it hangs to its timeout);
+    broker-2#8 starts at 25.6 s and takes orders back; the store elects a new primary
+    at 26.0 s for 5.2 s, so broker-1#5's outcome write of that attempt hangs through
+    its let-go. It cancelled its consumer at 29.3 s anyway (grace + timeout), handing
+    the sent message to broker-2#8, whose mark took it over at 30.2 s, before the old
+    outcome landed at 31.4 s: attempt 1 again at 31.4 s. A planned let-go now acks a
+    sent message instead of handing it back (broker/app.py `_remove_lane`)."""
+    holds(simulate(1158))
+
+
 def test_a_reschedule_answered_503_leaves_no_job_behind_for_long() -> None:
     """Seed 1091 (found among 100 more seeds, on the layout that moved jobs): at least
     once, within the settle bound. coupons/j21, due at 16.1 s, got a reschedule to
