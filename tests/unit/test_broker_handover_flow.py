@@ -67,6 +67,12 @@ async def test_a_handover_while_outcome_writes_stall_sends_nothing_twice() -> No
         try:
             while world.broker.biz_types or newcomer.biz_types != [biz]:
                 await world.clock.run_for(100)
+            # Letting go, b1 still says what it holds (break 2: else the leader's stale
+            # sweep takes it for lost).
+            assert world.broker.letting_go == [biz]
+            await world.clock.run_for(2100)  # a heartbeat
+            beats = {b.broker_id: b for b in await store.brokers.broker_beats()}
+            assert [h.biz_type for h in beats["b1"].held] == [biz], beats["b1"]
             await world.clock.run_for(6000)  # past b1's let-go: a second copy goes out now
             store.resume()
             await wait_for_states(store, jobs, {JobState.DELIVERED}, 15, world.clock)
