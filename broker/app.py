@@ -81,6 +81,7 @@ class Broker:
         # send only within it, and are let go of once it lapses (broker/term.py).
         self._lease = Lease(clock, HEARTBEAT_TTL_MS / 1000)
         self._lanes: dict[str, Lane] = {}
+        self._leaving: dict[Lane, None] = {}  # let go of, still draining (`_remove_lane`)
         self._consumers: dict[str, Consumer] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._beating: asyncio.Task[None] | None = None  # until the very end of `stop`
@@ -154,6 +155,11 @@ class Broker:
     def biz_types(self) -> list[str]:
         return sorted(self._lanes)
 
+    @property
+    def letting_go(self) -> list[str]:
+        """The biz types being let go of: draining, their consumers not yet cancelled."""
+        return sorted(lane.biz.biz_type for lane in self._leaving)
+
     # -- discovery -------------------------------------------------------------------
     async def _discover(self) -> None:
         """Consume the biz types this broker owns among the live brokers, apply config
@@ -186,6 +192,7 @@ class Broker:
         for name in sorted((set(self._lanes) - set(current)) | todo.stop):
             # In the background: draining it must not hold up the other biz types.
             lane = self._lanes.pop(name)
+            self._leaving[lane] = None  # still in the heartbeat, until it is done
             consumer = self._consumers.pop(name, None)
             task = asyncio.create_task(self._remove_lane(name, lane, consumer))
             self._removals.add(task)
@@ -228,15 +235,21 @@ class Broker:
         """Let go of a biz type (deleted, or handed over): nothing more is sent; the
         callbacks in flight finish (each within its timeout) and their outcomes are
         stored before the consumer is cancelled, which hands what is left, unsent, to
-        the next owner. Cancelled earlier, a message whose callback went out would
-        reach the next owner as a redelivery and be sent again."""
-        lane.stop_sending()
-        bound_s = self._settings.shutdown_grace_s + lane.biz.timeout_ms / 1000
-        await lane.drain(bound_s)
-        if not await lane.settle(bound_s):
-            log.warning("letting go with outcomes unstored", extra={"biz_type": name})
-        await self._cancel(name, consumer)
-        await lane.close()
+        the next owner. A sent message is never handed back (the next owner would send
+        it again, issue 30 break 4): one whose outcome is still not stored by then
+        (slow store writes) is acked, its outcome stored later. Until the end the lane
+        is in this broker's heartbeat: what it holds is held (daemon/holders.py)."""
+        try:
+            lane.stop_sending()
+            bound_s = self._settings.shutdown_grace_s + lane.biz.timeout_ms / 1000
+            await lane.drain(bound_s)
+            if not await lane.settle(bound_s):
+                log.warning("letting go with outcomes unstored", extra={"biz_type": name})
+                await lane.let_go_of_sent()
+            await self._cancel(name, consumer)
+            await lane.close()
+        finally:
+            self._leaving.pop(lane, None)
         log.info("stopped consuming", extra={"biz_type": name})
 
     async def _own(self, biz_type: str) -> int:
@@ -309,7 +322,8 @@ class Broker:
         self._metrics.biz_types_consumed(
             {name: lane.biz.paused for name, lane in self._lanes.items()}
         )
-        held = [h for lane in self._lanes.values() if (h := lane.held()) is not None]
+        lanes = [*self._lanes.values(), *self._leaving]
+        held = [h for lane in lanes if (h := lane.held()) is not None]
         sent_at_s = self._clock.monotonic_s()
         store_ms = await self._store.brokers.broker_heartbeat(
             self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)

@@ -35,6 +35,7 @@ class Fate:
 OUTCOME_STORED = Fate(Action.ACK, "outcome stored", sent=True)
 NOT_DISPATCHED = Fate(Action.ACK, "job no longer dispatched under this claim")
 SUPERSEDED = Fate(Action.ACK, "another message carries the job's claim")
+LET_GO_SENT = Fate(Action.ACK, "sent; let go of before its outcome was stored", sent=True)
 CHECK_FAILED = Fate(Action.REQUEUE, "send check failed")
 HELD_TOO_LONG = Fate(Action.REQUEUE, "held as long as the queue allows")
 # This broker may no longer send the biz type (broker/term.py: its lease lapsed, or
@@ -79,6 +80,15 @@ def after_outcome() -> Fate:
     """A sent message's fate once its outcome is stored (until then it is kept: handed
     back, it would be sent again; see broker.outcomes)."""
     return OUTCOME_STORED
+
+
+def let_go_sent() -> Fate:
+    """A sent message whose outcome is not stored yet, at a planned let-go of its biz
+    type: acked, not kept. Handed back, the next owner would send it again; its outcome
+    is stored when the writer gets to it (broker.outcomes), and until then the job
+    carries this broker's send mark, which the leader leaves alone while this broker
+    lives and resends once it is dead (daemon/reconciler.py)."""
+    return LET_GO_SENT
 
 
 async def carry_out(fate: Fate, deliveries: Sequence[Delivery], metrics: Metrics) -> None:

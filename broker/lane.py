@@ -48,7 +48,15 @@ import math
 import random
 
 from broker.callback import Response, attempt_record, build_request, judge
-from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long, not_ours
+from broker.fate import (
+    Fate,
+    after_check,
+    carry_out,
+    check_failed,
+    held_too_long,
+    let_go_sent,
+    not_ours,
+)
 from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
 from broker.marks import MarkWriter
@@ -131,6 +139,7 @@ class Lane:
         self._pace = Pacing()
         self._in_flight = 0
         self._unsettled = 0  # sent; outcome not yet persisted and acked
+        self._sent: dict[Held, None] = {}  # ... those messages, in send order
         self._by_key: dict[str, Held] = {}
         self._seq = itertools.count()
         self._sending = True
@@ -169,6 +178,13 @@ class Lane:
         while (self._in_flight or self._unsettled) and self._clock.monotonic_s() < deadline:
             await self._clock.sleep(SETTLE_POLL_S)
         return not (self._in_flight or self._unsettled)
+
+    async def let_go_of_sent(self) -> None:
+        """Ack the message of every callback sent whose outcome is not stored yet (the
+        store answers slowly): a planned let-go then hands the next owner only what
+        was never sent (broker.fate.let_go_sent). Outcomes still come in as usual."""
+        for item in list(self._sent):
+            await carry_out(let_go_sent(), item.deliveries, self._metrics)
 
     async def close(self) -> None:
         """Stop everything; unsettled messages stay unacked for the queue to take back."""
@@ -420,6 +436,7 @@ class Lane:
         `fired_at` (seen by the chaos run: 3 sends in 246 ms against a bound of 2 + 4/s)."""
         self._in_flight += 1
         self._unsettled += 1
+        self._sent[item] = None
         task = asyncio.create_task(self._send(item, fired_at))
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
@@ -482,6 +499,7 @@ class Lane:
     def _settled(self, item: Held) -> None:
         self._unsettled -= 1
         self.progress_s = self._clock.monotonic_s()
+        self._sent.pop(item, None)
         self._forget(item)
 
     # -- helpers ----------------------------------------------------------------------------

@@ -9,7 +9,12 @@ Two kinds of stale jobs, claimed more than `reconcile_after_ms` ago:
   broker holds of that biz type (daemon/holders.py): held by nobody, so the
   message is lost. Republished whatever else that broker holds. What is claimed
   later may wait in the queue behind a backlog, a pause or a rate limit, and is
-  left alone: another copy would only be dropped later.
+  left alone: another copy would only be dropped later. Never one whose send
+  mark a live broker made, whatever its claim: that broker's callback is on its
+  way (a heartbeat says what a broker holds only up to a beat late, so a lane that
+  took a biz type over a moment ago holds, and marks, what no beat reports yet;
+  reclaimed, the job was sent by both it and the taker of the new copy). Should
+  that broker die, its sends are the next kind's.
 - sent by a broker known dead (its heartbeat lapsed): that callback will not
   finish. Republished at once, not after the timeout: while claims are being
   made, the leader looks again when the next live broker would turn dead.
@@ -157,7 +162,10 @@ class Reconciler:
         total += await self._republish(
             term,
             lambda old_before: self._reconcile.find_stale_dispatched(
-                old_before, self._page, claimed_before_by_biz=holders.oldest_held
+                old_before,
+                self._page,
+                claimed_before_by_biz=holders.oldest_held,
+                not_sent_by=holders.live,
             ),
         )
         return total

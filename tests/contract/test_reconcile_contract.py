@@ -102,6 +102,27 @@ async def test_find_sent_by_names_the_jobs_a_broker_marked(store: Store) -> None
     assert await store.reconcile.find_sent_by(["host-1"], 10) == []  # a prefix of an id is not it
 
 
+async def test_stale_dispatched_leaves_out_what_a_live_broker_marked(store: Store) -> None:
+    """Issue 30, break 2: the stale sweep never takes a job whose send a live broker
+    started (its callback is on its way); a dead broker's, or no mark, it takes."""
+    await create(store, new("a"), new("b"), new("c"))
+    refs = {
+        c.job_id: SendRef(c.biz_type, c.job_id, c.second, c.claim, bucket=c.bucket)
+        for c in await store.scan.claim_due(S, NOW + 6000, "c1", 1, NOW)
+    }
+    await store.outcomes.start_sending([refs["a"]], new_send_token("live-1"), NOW + 1)
+    await store.outcomes.start_sending([refs["b"]], new_send_token("live-1.dead"), NOW + 1)
+    found = await store.reconcile.find_stale_dispatched(NOW + 1, 10, not_sent_by=["live-1"])
+    assert ids(found) == ["b", "c"], f"expected the live broker's send left out, got {ids(found)}"
+    both = ["live-1", "live-1.dead"]
+    assert ids(await store.reconcile.find_stale_dispatched(NOW + 1, 10, not_sent_by=both)) == ["c"]
+    assert ids(await store.reconcile.find_stale_dispatched(NOW + 1, 10, not_sent_by=[])) == [
+        "a",
+        "b",
+        "c",
+    ]
+
+
 @pytest.mark.parametrize("marked_before", [False, True])
 async def test_a_reclaim_misses_a_job_marked_since_it_was_read(
     store: Store, marked_before: bool

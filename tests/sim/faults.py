@@ -1,6 +1,9 @@
 """The run's faults, drawn from the seed: crashes and restarts, graceful stops,
-freezes, lost queue connections, host wall-clock steps and windows of store command
-faults (errors before a command applies, replies lost after it applied, delays).
+freezes, lost queue connections, host wall-clock steps, windows of store command
+faults (errors before a command applies, replies lost after it applied, delays) and
+store elections (every command waits a few seconds), one of them as a restarted
+broker takes its biz types back: the other broker lets go of them while its outcome
+writes hang (issue 30, break 4).
 
 Every fault ends before the run's quiet phase, so that the checker can ask for every
 job to have settled by then.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import random
 
+from broker.app import Broker
 from tests.sim.cluster import Cluster
 from tests.sim.store_faults import StoreFaults
 from timer_service.queue.amqp import HEARTBEAT_S
@@ -29,6 +33,10 @@ RECONNECT_S = 1.0
 QUEUE_LOST_S = (0.2, 3.0)
 STORE_FAULT_WINDOW_S = (0.5, 4.0)
 CLOCK_STEP_MS = (-3000, 3000)
+# With REDISCOVER_S, shorter than a heartbeat's lapse (8 s from the last beat landed,
+# at most 2 s before).
+ELECTION_S = (3.5, 5.3)
+LET_GO_WITHIN_S = 6.0  # a restarted broker's handover begins by then, if it has one
 
 
 class Faults:
@@ -47,7 +55,7 @@ class Faults:
         self.duration_ms = duration_ms
         self.every_s = every_s
         self.store = store
-        self.kinds = ("crash", "stop", "freeze", "queue", "store") + (
+        self.kinds = ("crash", "stop", "freeze", "queue", "store", "election") + (
             ("clock",) if clock_steps else ()
         )
 
@@ -92,5 +100,24 @@ class Faults:
                 self.store.on = True
                 await clock.sleep(rng.uniform(*STORE_FAULT_WINDOW_S))
                 self.store.on = False
+            elif kind == "election" and self.store is not None:
+                if slot.startswith("broker"):  # a rolling restart's handover under it
+                    await cluster.stop(slot)
+                    await clock.sleep(rng.uniform(*RESTART_AFTER_S))
+                    await cluster.start(slot)
+                    await self._until_a_let_go(LET_GO_WITHIN_S)
+                seconds = rng.uniform(*ELECTION_S)
+                self.store.elect(seconds)
+                await clock.sleep(seconds)
             elif kind == "clock":
                 cluster.step_clock(slot, rng.randint(*CLOCK_STEP_MS))
+
+    async def _until_a_let_go(self, within_s: float) -> None:
+        """Until a broker lets go of a biz type (or `within_s` passed)."""
+        cluster, clock = self.cluster, self.cluster.clock
+        end_ms = clock.now_ms() + within_s * 1000
+        while clock.now_ms() < end_ms:
+            for process in cluster.processes.values():
+                if isinstance(process.component, Broker) and process.component.letting_go:
+                    return
+            await clock.sleep(0.05)

@@ -1,8 +1,9 @@
 """The store's faults in a run: windows of seeded command faults, switched on and off
-by the run's faults, and claims whose reply is lost now and then all through the
-faulty phase (a socket timeout or an election after the claim applied: a
-multi-document update is not a retryable write). Each drawn fault is written to the
-history; a lost claim with the jobs it claimed, for the checker's lateness bound."""
+by the run's faults; elections, during which every command waits for the new primary;
+and claims whose reply is lost now and then all through the faulty phase (a socket
+timeout or an election after the claim applied: a multi-document update is not a
+retryable write). Each drawn fault is written to the history; a lost claim with the
+jobs it claimed, for the checker's lateness bound."""
 
 from __future__ import annotations
 
@@ -10,10 +11,19 @@ import random
 from dataclasses import dataclass, field
 
 from tests.sim.fakemongo.engine import Engine
-from tests.sim.fakemongo.faults import Command, Fault, LoseReply, SeededFaults, network_timeout
+from tests.sim.fakemongo.faults import (
+    Command,
+    Delay,
+    Fault,
+    LoseReply,
+    SeededFaults,
+    network_timeout,
+)
 from tests.sim.history import History, LostClaim
 
 DISPATCHED = "dispatched"
+
+REDISCOVER_S = 0.5
 
 
 @dataclass
@@ -31,8 +41,22 @@ class StoreFaults:
     engine: Engine | None = None
     on: bool = False
     claims_on: bool = False
+    # Each command's wait past an election's end: clients find the new primary each at
+    # its own moment (a write stuck on the old one may land after a later one).
+    rediscover: random.Random = field(default_factory=lambda: random.Random(0))
+    elected_at_ms: int = 0  # until then, every command waits (an election)
+
+    def elect(self, seconds: float) -> None:
+        """No primary for `seconds`: every command asked meanwhile waits until then, and
+        up to REDISCOVER_S more, and goes through (nothing fails, no connection dies:
+        outcome writes, marks and heartbeats are only slow)."""
+        self.elected_at_ms = self.history.clock.now_ms() + round(seconds * 1000)
+        self.history.fault("election", f"store {seconds:.1f} s")
 
     def __call__(self, command: Command) -> Fault | None:
+        wait_ms = self.elected_at_ms - self.history.clock.now_ms()
+        if wait_ms > 0:
+            return Delay(wait_ms / 1000 + self.rediscover.uniform(0, REDISCOVER_S))
         if self.claims_on and self.engine is not None and is_claim(command):
             if self.claims.random() < self.lose_claim:
                 self._lost_claim(command, self.engine)
@@ -70,4 +94,5 @@ def store_faults(seed: int, history: History, *, lose_claim: float = 0.0) -> Sto
         history,
         claims=random.Random(f"lost-claims/{seed}"),
         lose_claim=lose_claim,
+        rediscover=random.Random(f"elections/{seed}"),
     )

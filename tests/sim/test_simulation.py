@@ -92,19 +92,29 @@ def test_a_host_clock_step_forward_never_makes_a_callback_early() -> None:
     holds(simulate(8, Options(clock_steps=True)))
 
 
-@pytest.mark.known_bug
 def test_a_handover_under_a_backlog_sends_no_job_twice() -> None:
-    """Seed 1023 (found among 60 extra seeds): a second callback with no death between.
-    A herd of orders jobs (rate 4/s) is held by broker-1#5, which crashes at 12.9 s (16
-    messages back to the queue; broker-2#6 takes orders); broker-1#7 starts at 18.7 s
-    and broker-2#6 hands orders over at 19.0 s (18 messages back: more than it was
-    given, so a job's message was published again meanwhile). broker-1#7 then calls
-    orders/j31 back twice, attempt 1 both times, 200 at 20.25 s and again at 22.75 s;
-    the job's history records one attempt. The new owner's mark retakes the job for the
-    stale copy as for the live one: issue 30's break 4 mechanism (a handover whose
-    taker's `start_sending(retake=True)` takes the mark over), reached here through a
-    republished copy rather than slow outcome writes; not triaged further yet."""
+    """Seed 1023 (found among 60 extra seeds): issue 30, break 2. A herd of orders jobs
+    (rate 4/s) is held by broker-1#5, which marks orders/j29 and j31 and crashes at
+    12.9 s; broker-2#6 takes orders over, then hands it to the restarted broker-1#7 at
+    19.0 s, which marks both at 19.9 s. No beat of broker-1#7 said it held orders yet
+    (its next was at 20.7 s) and broker-2#6's no longer did, so the leader's stale sweep
+    at 20.05 s reclaimed j31 (claimed 10 s before) from under broker-1#7's mark and
+    republished it: broker-1#7 called it back at 20.25 s on the old message and at
+    22.75 s on the new one, attempt 1 both times. The stale sweep now leaves alone a
+    job whose send mark a live broker made (daemon/reconciler.py)."""
     holds(simulate(1023))
+
+
+def test_a_handover_while_outcome_writes_hang_sends_no_job_twice() -> None:
+    """Seed 1158 (found among 43 seeds once the faults had store elections): issue 30,
+    break 4. broker-1#5 calls orders/j34 back at 25.3 s (it hangs to its timeout);
+    broker-2#8 starts at 25.6 s and takes orders back; the store elects a new primary
+    at 26.0 s for 5.2 s, so broker-1#5's outcome write of that attempt hangs through
+    its let-go. It cancelled its consumer at 29.3 s anyway (grace + timeout), handing
+    the sent message to broker-2#8, whose mark took it over at 30.2 s, before the old
+    outcome landed at 31.4 s: attempt 1 again at 31.4 s. A planned let-go now acks a
+    sent message instead of handing it back (broker/app.py `_remove_lane`)."""
+    holds(simulate(1158))
 
 
 def test_a_reschedule_answered_503_leaves_no_job_behind_for_long() -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from broker.app import Broker
 from broker.ownership import owner
-from tests.unit.broker_harness import World, wait_for_states
+from tests.unit.broker_harness import World, wait_for_states, world_with
 from timer_service.model import JobState
 from timer_service.settings import Settings
+from timer_service.store.faulty import faulty
+from timer_service.store.memory import MemoryStore
 
 
 def moving_to(new: str, old: str) -> str:
@@ -39,3 +41,43 @@ async def test_callbacks_in_flight_at_a_handover_are_not_sent_again(world: World
         assert newcomer.biz_types == [biz] and world.broker.biz_types == []
     finally:
         await world.clock.drive(newcomer.stop())
+
+
+async def test_a_handover_while_outcome_writes_stall_sends_nothing_twice() -> None:
+    """Issue 30, break 4: the old owner's outcome writes hang past its let-go bound
+    (grace + the callback timeout); cancelling its consumer then handed the sent
+    messages to the new owner, which took their marks over and sent each again. A
+    planned let-go acks them instead; their outcomes are stored once the store answers."""
+    store = faulty(MemoryStore(buckets=60, retention_ms=86_400_000))
+    await store.setup()
+    async with world_with(store) as world:
+        biz = moving_to("b2", "b1")
+        await world.put_biz(biz, max_concurrency=8, timeout_ms=1000)
+        await world.broker.start()
+        due = world.clock.now_ms() + 300
+        jobs = await world.create(biz, [f"s{i}" for i in range(8)], due)
+        store.stall("record_outcomes", times=100)  # the store stops answering outcomes
+        world.daemon.watch([due])
+        world.daemon.run(jobs)
+        while len(world.receiver.received) < 8:
+            await world.clock.run_for(20)
+        settings = Settings(shutdown_grace_s=3)  # type: ignore[call-arg]
+        newcomer = Broker(settings, store, world.queue, world.metrics, world.clock, "b2")
+        await newcomer.start()
+        try:
+            while world.broker.biz_types or newcomer.biz_types != [biz]:
+                await world.clock.run_for(100)
+            # Letting go, b1 still says what it holds (break 2: else the leader's stale
+            # sweep takes it for lost).
+            assert world.broker.letting_go == [biz]
+            await world.clock.run_for(2100)  # a heartbeat
+            beats = {b.broker_id: b for b in await store.brokers.broker_beats()}
+            assert [h.biz_type for h in beats["b1"].held] == [biz], beats["b1"]
+            await world.clock.run_for(6000)  # past b1's let-go: a second copy goes out now
+            store.resume()
+            await wait_for_states(store, jobs, {JobState.DELIVERED}, 15, world.clock)
+            counts = {job_id: len(world.receiver.for_job(job_id)) for _, job_id in jobs}
+            assert counts == dict.fromkeys(counts, 1), f"called back more than once: {counts}"
+        finally:
+            store.heal()
+            await world.clock.drive(newcomer.stop())

@@ -159,3 +159,30 @@ async def test_heartbeats_that_cannot_be_read_are_looked_at_again_later_not_at_o
     tries = store.injected_count("broker_beats")
     print(f"{rounds} rounds and {tries} failed reads of the heartbeats in 30 s")
     assert 0 < tries <= 30 // (DEAD_AFTER_MS // 1000) + 2, f"expected a try every 2 s, got {tries}"
+
+
+async def test_a_live_brokers_send_is_never_reclaimed_whatever_its_beat_says(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Issue 30, break 2 (sim seed 1023): a broker that took a biz type over a moment
+    ago marks a stale job before any beat of its says it holds that biz type. The
+    stale sweep must leave the job to it: reclaimed, it was sent by this broker and
+    again by the taker of the republished copy. Once that broker is dead, its send
+    goes out again."""
+    start = clock.now_ms()
+    jobs = {c.job_id: c for c in await claimed_by_old_leader(store, start, "taken", "lost")}
+    taken = jobs["taken"]
+    h = Harness(store, clock, reconcile_after_ms=RECONCILE_AFTER_MS)
+    clock.advance(RECONCILE_AFTER_MS + 1000)
+    await mark(store, "b2", taken, clock.now_ms())
+    # b2's beats say it holds nothing yet (its next one is up to a beat away).
+    stops = clock.now_ms() + 20_000
+    await drive(h, clock.now_ms() + 10_000, {"b2": []}, {"b2": stops})
+
+    assert h.queue.times("lost"), "a lost message nobody marked was not republished"
+    assert h.queue.times("taken") == [], "a live broker's send was republished"
+    job = await store.jobs.get_job(BIZ, "taken")
+    assert job is not None and job.claim == taken.claim, job
+
+    await drive(h, stops + BEAT_TTL_MS + DEAD_AFTER_MS + 2000, {"b2": []}, {"b2": stops})
+    assert h.queue.times("taken"), "the send of a broker that died never went out again"

@@ -42,8 +42,10 @@ class MemoryReconcile(Scoped):
         *,
         claimed_before_by_biz: Mapping[str, int] | None = None,
         unmarked_only: bool = False,
+        not_sent_by: Collection[str] = (),
     ) -> list[Job]:
         bounds = claimed_before_by_biz or {}
+        senders = set(not_sent_by)
         out = []
         for key in self._s.dispatched:
             job = self._s.jobs[key]
@@ -53,6 +55,7 @@ class MemoryReconcile(Scoped):
                 and job.claimed_at is not None
                 and job.claimed_at < before
                 and not (unmarked_only and job.sending is not None)
+                and not (job.sending is not None and sender_of(job.sending) in senders)
             ):
                 out.append(job)
         out.sort(key=lambda j: j.claimed_at or 0)

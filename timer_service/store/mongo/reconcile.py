@@ -83,6 +83,7 @@ class MongoReconcile(Scoped):
         *,
         claimed_before_by_biz: Mapping[str, int] | None = None,
         unmarked_only: bool = False,
+        not_sent_by: Collection[str] = (),
     ) -> list[Job]:
         # Served by the (state, claimed_at) index of every bucket.
         query: Doc = {"state": JobState.DISPATCHED.value}
@@ -100,14 +101,14 @@ class MongoReconcile(Scoped):
             query["claimed_at"] = {"$lt": claimed_before_ms}
         if unmarked_only:
             query["sending"] = None
+        elif not_sent_by:
+            query["sending"] = {"$not": {"$regex": _marks_of(not_sent_by)}}
         return await self._oldest_claims_first(self._scoped(query), limit)
 
     async def find_sent_by(self, broker_ids: Collection[str], limit: int) -> list[Job]:
         if not broker_ids:
             return []
-        # A send mark is "<broker id>/<random>" (dispatch.new_send_token).
-        marks = "|".join(re.escape(b) for b in sorted(broker_ids))
-        query = {"state": JobState.DISPATCHED.value, "sending": {"$regex": f"^(?:{marks})/"}}
+        query = {"state": JobState.DISPATCHED.value, "sending": {"$regex": _marks_of(broker_ids)}}
         return await self._oldest_claims_first(self._scoped(query), limit)
 
     async def _oldest_claims_first(self, query: Doc, limit: int) -> list[Job]:
@@ -160,3 +161,9 @@ class MongoReconcile(Scoped):
                 for d in docs
             )
         return out
+
+
+def _marks_of(broker_ids: Collection[str]) -> str:
+    """The pattern of the send marks these brokers make: a mark is "<broker id>/<random>"
+    (dispatch.new_send_token)."""
+    return "^(?:{})/".format("|".join(re.escape(b) for b in sorted(broker_ids)))

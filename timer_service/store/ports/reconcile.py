@@ -31,12 +31,15 @@ class ReconcilePort(Protocol):
         *,
         claimed_before_by_biz: Mapping[str, int] | None = None,
         unmarked_only: bool = False,
+        not_sent_by: Collection[str] = (),
     ) -> list[Job]:
         """Dispatched jobs claimed before the given time, oldest claim first (the
         reconciler's input). `claimed_before_by_biz` sets an earlier bound for some biz
         types (what a live broker may still hold is left out, so that a page is never
         filled with jobs the caller would pass over); `unmarked_only` leaves out jobs
-        whose send has started."""
+        whose send has started; `not_sent_by` leaves out jobs whose send mark one of
+        these brokers made (`dispatch.sender_of`): live brokers, whose callback is on
+        its way."""
         ...
 
     async def find_sent_by(self, broker_ids: Collection[str], limit: int) -> list[Job]:
