@@ -42,7 +42,10 @@ def one_run(tree: Path, extra: str, seconds: float, rate: int) -> tuple[float, f
         str(rate),
         *shlex.split(extra),
     ]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run(command, capture_output=True, text=True)
+    out = done.stdout
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} exited {done.returncode}: {done.stderr[-1500:]}")
     cpu = CPU.search(out)
     late = LATE.search(out)
     if cpu is None or late is None:
@@ -71,7 +74,11 @@ def main() -> None:
             load = os.getloadavg()[0]
             loads.append(load)
             tree, extra = variants[name]
-            us, rabbit_us, late = one_run(tree, extra, args.seconds, args.rate)
+            try:
+                us, rabbit_us, late = one_run(tree, extra, args.seconds, args.rate)
+            except RuntimeError as exc:  # printed and left out of the medians
+                print(f"  {name}: run failed: {exc}", flush=True)
+                continue
             cpu[name].append(us)
             rabbit[name].append(rabbit_us)
             print(
