@@ -169,6 +169,34 @@ async def test_flush_sends_at_once_and_leaves_nothing_for_the_next_turn() -> Non
     assert channel.frames == [(1, False), (3, False)], "sent twice"
 
 
+async def test_acks_made_while_a_frame_waits_for_room_are_sent_after_it() -> None:
+    """A frame can wait for room on the connection's write queue. The acks made
+    meanwhile go after it: a `multiple` ack of 3 overtaking the single ack of 2 would
+    make that one an ack of an unknown tag, which closes the channel."""
+
+    class Slow(FakeChannel):
+        calls = 0
+
+        async def basic_ack(self, tag: int, multiple: bool = False, wait: bool = True) -> None:
+            self.calls += 1
+            if self.calls == 1:  # the first frame waits for room; the queue then has some
+                for _ in range(5):
+                    await asyncio.sleep(0)
+            self.frames.append((tag, multiple))
+
+    channel = Slow()
+    acks = ChannelAcks(channel)  # type: ignore[arg-type]
+    for tag in range(1, 6):
+        acks.delivered(tag)
+    acks.ack(2)  # 1 is open: a single ack, which waits for room
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    acks.ack(1)
+    acks.ack(3)
+    await acks.flush()
+    assert channel.frames == [(2, False), (3, True)], channel.frames
+
+
 async def test_a_closed_channel_loses_the_acks_quietly() -> None:
     class Closed(FakeChannel):
         async def basic_ack(self, *args: Any, **kwargs: Any) -> None:

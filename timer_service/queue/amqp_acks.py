@@ -72,13 +72,17 @@ class AckWindow:
 
 
 class ChannelAcks:
-    """One channel's `AckWindow` and the frames it allows, sent once per loop turn."""
+    """One channel's `AckWindow` and the frames it allows, sent once per loop turn.
+
+    One sender at a time: a frame can wait for room on the connection's write queue,
+    and a second sender's frames must not overtake it (a `multiple=True` ack written
+    before a single ack of a tag it covers would make that single ack one of an
+    unknown tag, which closes the channel)."""
 
     def __init__(self, channel: AbstractChannel) -> None:
         self.channel = channel
         self._window = AckWindow()
-        self._sending: asyncio.Task[None] | None = None  # to start, with what waits
-        self._running: set[asyncio.Task[None]] = set()  # the loop holds tasks weakly
+        self._sending: asyncio.Task[None] | None = None  # the loop holds it weakly
 
     def delivered(self, tag: int) -> None:
         self._window.delivered(tag)
@@ -91,20 +95,24 @@ class ChannelAcks:
         if self._sending is None:
             # A task's first step runs on the next loop turn: the acks the rest of
             # this turn makes go in the same frame.
-            self._sending = asyncio.create_task(self._send())
-            self._running.add(self._sending)
-            self._sending.add_done_callback(self._running.discard)
+            self._sending = asyncio.create_task(self._send_all())
 
     async def flush(self) -> None:
         """Send what waits now (before the channel closes: an ack that came after the
         close would be no ack, and its message would be sent again)."""
-        if self._window.waiting:
-            await self._send()
+        if self._sending is None and self._window.waiting:
+            self._sending = asyncio.create_task(self._send_all())
+        if self._sending is not None:
+            await asyncio.shield(self._sending)  # it sends until nothing waits
 
-    async def _send(self) -> None:
-        if self._sending is not None and self._sending is not asyncio.current_task():
-            self._sending.cancel()  # flushed early: nothing would be left for it
-        self._sending = None
+    async def _send_all(self) -> None:
+        try:
+            while self._window.waiting:
+                await self._send_taken()
+        finally:
+            self._sending = None
+
+    async def _send_taken(self) -> None:
         every, single = self._window.take()
         try:
             # wait=False: the frames are queued on the connection in order (after any
