@@ -28,6 +28,17 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rabbitmq_pid() -> int | None:
+    """The local RabbitMQ server's process (its Erlang VM), or None when not found."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if stat.read_text().split(" ", 2)[1] == "(beam.smp)":
+                return int(stat.parent.name)
+        except OSError:
+            continue
+    return None
+
+
 async def make_store(kind: str, secantus: SecantusServer | None) -> Any:
     """A set-up job store: "memory", or a fresh database on `secantus`."""
     if kind == "memory":

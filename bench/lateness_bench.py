@@ -60,6 +60,7 @@ from _common import (  # noqa: E402
     GcPauses,
     make_store,
     process_cpu_s,
+    rabbitmq_pid,
     serve_protocol,
     start_server_process,
 )
@@ -72,7 +73,7 @@ from timer_service.jobs import NewJob  # noqa: E402
 from timer_service.metrics import Metrics  # noqa: E402
 from timer_service.model import BizType  # noqa: E402
 from timer_service.queue.amqp import AmqpQueue  # noqa: E402
-from timer_service.runtime import freeze_startup_heap  # noqa: E402
+from timer_service.runtime import freeze_startup_heap, loop_factory  # noqa: E402
 from timer_service.settings import Settings  # noqa: E402
 
 BIZ = "lateness"
@@ -264,6 +265,8 @@ async def one_run(
                 print("    WARNING: registration ate the lead; raise --lead")
         cpu0 = time.process_time()
         server_cpu0 = process_cpu_s(server_pid) if server_pid else 0.0
+        rabbit_pid = rabbitmq_pid()
+        rabbit_cpu0 = process_cpu_s(rabbit_pid) if rabbit_pid else 0.0
         gc_pauses.install()
         await daemon.start()
         await broker.start()
@@ -283,6 +286,7 @@ async def one_run(
                 await asyncio.sleep(0.01)
         cpu = time.process_time() - cpu0
         server_cpu = process_cpu_s(server_pid) - server_cpu0 if server_pid else 0.0
+        rabbit_cpu = process_cpu_s(rabbit_pid) - rabbit_cpu0 if rabbit_pid else float("nan")
         gc_pauses.remove()
         if registering is not None:
             await registering
@@ -310,6 +314,7 @@ async def one_run(
         "gc2_max": max(gc_pauses.pauses_ms, default=0.0),
         "cpu_us": cpu / count * 1e6,
         "server_cpu_us": server_cpu / count * 1e6,
+        "rabbit_cpu_us": rabbit_cpu / count * 1e6,
     }
 
 
@@ -361,6 +366,8 @@ def show(label: str, r: dict[str, float], kind: str) -> str:
     )
     if kind != "memory":
         text += f", SecantusDB server {r['server_cpu_us']:.0f} µs/job"
+    # The whole server: shared with anything else using it meanwhile.
+    text += f"; RabbitMQ server {r['rabbit_cpu_us']:.0f} µs/job"
     return text + f"; full GC pauses {int(r['gc2'])}, longest {r['gc2_max']:.0f} ms"
 
 
@@ -386,6 +393,12 @@ def main() -> None:
     parser.add_argument("--lead", type=float, default=5.0, help="s from registration to first due")
     parser.add_argument("--register", choices=["ahead", "live"], default="ahead")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop (auto: what the service runs on, uvloop where installed on Linux)",
+    )
     args = parser.parse_args()
     if args.mode == "serve":
         serve(args.port)
@@ -410,9 +423,10 @@ def main() -> None:
             )
             results = []
             for i in range(args.runs):
-                result = asyncio.run(
-                    one_run(kind, rate, args.seconds, args.lead, args.register, port, secantus)
-                )
+                with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+                    result = runner.run(
+                        one_run(kind, rate, args.seconds, args.lead, args.register, port, secantus)
+                    )
                 print(show(f"  run {i + 1}", result, kind), flush=True)
                 results.append(result)
             median = {k: statistics.median(r[k] for r in results) for k in results[0]}

@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 
 from broker.callback import CallbackRequest, Response
-from broker.targets import GuardedResolver, literal_refusal, refusal_in
+from broker.targets import GuardedResolver, LiteralRefusals, refusal_in
 from timer_service.callback_targets import TargetPolicy, redact
 from timer_service.clock import Clock
 from timer_service.responses import CAPTURE_BYTES
@@ -33,6 +33,7 @@ class Sender:
     ) -> None:
         self._clock = clock
         self._policy = policy if policy is not None else TargetPolicy()
+        self._literal_refusal = LiteralRefusals(self._policy)
         self._resolver = resolver  # None: aiohttp's default (tests inject a fake one)
         self._session: aiohttp.ClientSession | None = None
         self._guarded: GuardedResolver | None = None
@@ -65,7 +66,7 @@ class Sender:
     async def post(self, url: str, request: CallbackRequest, timeout_s: float) -> Response:
         """The answer, or what went wrong, with any credentials of `url` (stored before
         they were refused at registration) redacted from the error."""
-        why = literal_refusal(self._policy, url)
+        why = self._literal_refusal(url)
         if why is not None:
             return _refused(f"refused by the callback target policy: {why}")
         try:

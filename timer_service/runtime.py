@@ -21,7 +21,24 @@ log = logging.getLogger(__name__)
 LAYOUT_MISMATCH_EXIT = 3
 
 
-def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
+def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop to run on: uvloop (`auto`: where it is installed, on Linux) or
+    asyncio's own (None: asyncio's default). uvloop spends less CPU per fired job
+    (bench/README.md, "event loop"); the default loop stays fully supported."""
+    if choice == "asyncio" or (choice == "auto" and not sys.platform.startswith("linux")):
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
+def run_until_signal(
+    main: Callable[[asyncio.Event], Awaitable[None]], event_loop: str = "auto"
+) -> int:
     """Run `main(stop)`; SIGTERM/SIGINT set `stop`, and `main` returns after cleanup."""
 
     async def runner() -> None:
@@ -33,7 +50,8 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
         await main(stop)
 
     try:
-        asyncio.run(runner())
+        with asyncio.Runner(loop_factory=loop_factory(event_loop)) as loop_runner:
+            loop_runner.run(runner())
     except KeyboardInterrupt:
         pass
     except LayoutMismatch as exc:

@@ -256,6 +256,30 @@ async def test_prefetch_caps_unsettled_deliveries(queue: DispatchQueue) -> None:
     assert await queue.queue_depth(ORDERS) == 2
 
 
+async def test_acks_together_pass_over_a_held_and_a_requeued_message(
+    queue: DispatchQueue,
+) -> None:
+    """The RabbitMQ adapter acks a loop turn's acks in one `multiple` frame where it may:
+    never over a message still held (here j2) or one requeued (j5)."""
+    inbox = await consume(queue)
+    await queue.publish([job(f"j{i}") for i in range(8)])
+    held = await inbox.wait_for(8, "the jobs")
+    await held[5].requeue()
+    await inbox.wait_for(9, "j5, requeued")
+    for i in (0, 1, 3, 4, 6, 7):
+        await held[i].ack()
+    await inbox.deliveries[8].requeue()
+    await inbox.wait_for(10, "j5, requeued again")
+    await inbox.cancel()
+    again = await consume(queue)
+    await again.wait_for(2, "the held and the requeued job, back")
+    assert sorted(again.ids) == ["j2", "j5"], f"expected j2 and j5 back, got {again.seen()}"
+    for delivery in again.deliveries:
+        await delivery.ack()
+    await again.cancel()
+    await assert_only_sentinel_left(queue, "every acked job")
+
+
 # -- giving messages back ----------------------------------------------------------
 
 

@@ -167,3 +167,61 @@ async def test_a_herd_still_overlaps_its_writes(
     assert await fake_clock.run_until(lambda: all(fates(pending)), 1000)
     (first, _), (second, n) = slow.writes
     assert n == FLUSH_BATCH >= MIN_OVERLAPPING_BATCH and second - first < 100, slow.writes
+
+
+class Logged:
+    """Notes, in one log with the acks, when each write of outcomes has ended (the
+    outcomes are stored) and which jobs it carried; writes take `answer_ms` each, so
+    that several are in flight at once."""
+
+    def __init__(self, store: MemoryStore, clock: FakeClock, log: list[tuple[str, str]]) -> None:
+        self._clock = clock
+        self._log = log
+        self._record = store.outcomes.record_outcomes
+        store.outcomes.record_outcomes = self.record  # type: ignore[method-assign]
+        self.answer_s = 0.1
+
+    async def record(self, outcomes: Any, now_ms: int) -> None:
+        await self._clock.sleep(self.answer_s)
+        self.answer_s = max(0.01, self.answer_s / 2)  # later writes end before earlier
+        await self._record(outcomes, now_ms)
+        self._log.extend(("stored", o.ref.job_id) for o in outcomes)
+
+
+class LoggedDelivery(FakeDelivery):
+    def __init__(self, delivery: Any, log: list[tuple[str, str]]) -> None:
+        super().__init__(delivery.job)
+        self._log = log
+
+    async def ack(self) -> None:
+        self._log.append(("ack", self.job.job_id))
+        await super().ack()
+
+
+async def test_no_message_is_acked_before_its_outcome_is_stored(
+    writer: OutcomeWriter, memory_store: MemoryStore, fake_clock: FakeClock
+) -> None:
+    """With several writes in flight that end out of order, and a store hiccup, each ack
+    still comes after the write that stored its job's outcome (acked first, a message
+    whose outcome is then lost leaves its job dispatched with nothing to send it again
+    until the reconciler's timeout)."""
+    log: list[tuple[str, str]] = []
+    logged = Logged(memory_store, fake_clock, log)
+    flaky = Flaky(memory_store)
+    pending = await sent(memory_store, fake_clock, 3 * FLUSH_BATCH + 5)
+    for p in pending:
+        p.deliveries = [LoggedDelivery(d, log) for d in p.deliveries]
+    for i, p in enumerate(pending):
+        writer.submit(p)
+        if i == FLUSH_BATCH:
+            flaky.down = True
+            await fake_clock.run_for(200)
+            flaky.down = False
+    assert await fake_clock.run_until(lambda: all(fates(pending)), 30_000)
+    stored_at = {job_id: i for i, (what, job_id) in enumerate(log) if what == "stored"}
+    early = [
+        job_id for i, (what, job_id) in enumerate(log) if what == "ack" and i < stored_at[job_id]
+    ]
+    assert not early, f"acked before their outcomes were stored: {early}"
+    assert sorted(job_id for what, job_id in log if what == "ack") == sorted(stored_at)
+    assert logged.answer_s < 0.1, "the writes did not overlap"

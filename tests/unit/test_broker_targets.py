@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from broker import targets
 from broker.callback import CallbackRequest, Response, judge
 from broker.sender import Sender
+from broker.targets import LiteralRefusals, literal_refusal
 from tests.unit.broker_harness import Receiver, World, wait_for_states, world_with
 from timer_service.callback_targets import TargetPolicy, parse_cidrs
 from timer_service.clock import SystemClock
@@ -267,3 +269,44 @@ async def test_stored_credentials_stay_out_of_history_and_logs(
     logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert "callback failed" in logged, "expected the failure to be logged"
     assert "s3cret" not in logged, "credentials in the logs"
+
+
+def test_literal_refusals_are_worked_out_once_per_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    def counted(policy: TargetPolicy, url: str) -> str | None:
+        asked.append(url)
+        return literal_refusal(policy, url)
+
+    monkeypatch.setattr(targets, "literal_refusal", counted)
+    refusals = LiteralRefusals(TargetPolicy(allow_private=False))
+    for _ in range(3):
+        assert refusals("http://10.0.0.1/cb") is not None
+        assert refusals("http://orders.example/cb") is None
+    assert asked == ["http://10.0.0.1/cb", "http://orders.example/cb"], asked
+
+
+def test_literal_refusals_keep_a_bounded_number_of_urls_and_forget_the_oldest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def counted(policy: TargetPolicy, url: str) -> str | None:
+        asked.append(url)
+        return literal_refusal(policy, url)
+
+    monkeypatch.setattr(targets, "literal_refusal", counted)
+    refusals = LiteralRefusals(TargetPolicy(), kept=2)
+    for url in ("http://a.example/", "http://b.example/", "http://c.example/"):
+        refusals(url)
+    refusals("http://c.example/")  # kept
+    refusals("http://a.example/")  # forgotten: worked out again
+    assert asked == [f"http://{h}.example/" for h in "abca"], asked
+
+
+def test_each_policy_has_its_own_answers() -> None:
+    """A policy is fixed for a process; a Sender made with another policy (a restart
+    with new settings) answers by that one, whatever the first remembered."""
+    url = "http://192.168.1.5/cb"
+    assert LiteralRefusals(TargetPolicy(allow_private=True))(url) is None
+    assert LiteralRefusals(TargetPolicy(allow_private=False))(url) is not None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 
 import pytest
+import uvloop
 
-from timer_service.runtime import cancel_and_wait, wait_event
+from timer_service.runtime import cancel_and_wait, loop_factory, run_until_signal, wait_event
 
 
 async def test_cancelled_tasks_are_awaited() -> None:
@@ -115,3 +117,24 @@ async def test_a_wait_for_an_event_says_whether_it_came() -> None:
     assert await wait_event(event, 0.01) is False
     event.set()
     assert await wait_event(event, 60) is True
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "uvloop", "auto"])
+def test_a_process_runs_on_the_event_loop_chosen(choice: str) -> None:
+    """uvloop where chosen (and by `auto` on Linux, where it is installed); asyncio's own
+    loop keeps working when chosen, or where uvloop is not there."""
+    seen: list[type] = []
+
+    async def main(stop: asyncio.Event) -> None:
+        seen.append(type(asyncio.get_running_loop()))
+
+    assert run_until_signal(main, choice) == 0
+    on_uvloop = choice == "uvloop" or (choice == "auto" and sys.platform.startswith("linux"))
+    assert (seen[0] is uvloop.Loop) == on_uvloop, (choice, seen)
+
+
+def test_auto_falls_back_to_asyncio_without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    assert loop_factory("auto") is None
+    with pytest.raises(ImportError):
+        loop_factory("uvloop")

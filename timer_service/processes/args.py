@@ -73,7 +73,7 @@ def run_service(command: str, args: argparse.Namespace) -> int:
     settings = settings_for(command, args)
     setup_logging(settings.log_level)
     main = _mains()[command]
-    return run_until_signal(lambda stop: main(settings, stop))
+    return run_until_signal(lambda stop: main(settings, stop), settings.event_loop)
 
 
 def run_module(command: str, prog: str, argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from urllib.parse import parse_qs, urlsplit
@@ -18,8 +19,10 @@ from aio_pika.abc import (
     AbstractRobustExchange,
 )
 from aio_pika.exceptions import ChannelInvalidStateError
+from aiormq.abc import AbstractChannel
 
 from timer_service.dispatch import Claimed
+from timer_service.queue.amqp_acks import ChannelAcks
 from timer_service.queue.base import Handler, decode, encode
 
 log = logging.getLogger(__name__)
@@ -43,8 +46,10 @@ HEARTBEAT_S = 3
 
 
 class AmqpDelivery:
-    def __init__(self, message: AbstractIncomingMessage) -> None:
+    def __init__(self, message: AbstractIncomingMessage, acks: ChannelAcks, tag: int) -> None:
         self._message = message
+        self._acks = acks
+        self._tag = tag
         self.job = decode(message.body)
         self.redelivered = bool(message.redelivered)
         self._settled = False
@@ -60,7 +65,11 @@ class AmqpDelivery:
         return not channel.is_closed
 
     async def ack(self) -> None:
-        await self._settle(self._message.ack)
+        # Sent with the channel's other acks of this loop turn (timer_service/queue/
+        # amqp_acks.py); the frame is queued on the next turn, without a wait here.
+        if not self._settled:
+            self._settled = True
+            self._acks.ack(self._tag)
 
     async def requeue(self) -> None:
         await self._settle(partial(self._message.nack, requeue=True))
@@ -78,22 +87,38 @@ class AmqpDelivery:
         self._settled = True
         with contextlib.suppress(ChannelInvalidStateError):
             await settle()
+        # Only now may a `multiple=True` ack reach past it: its frame is written.
+        self._acks.settled(self._tag)
 
 
 class AmqpConsumer:
-    def __init__(self, channel: AbstractRobustChannel, queue: AbstractQueue, tag: str) -> None:
+    def __init__(self, channel: AbstractRobustChannel, queue: AbstractQueue) -> None:
         self._channel = channel
         self._queue = queue
-        self._tag = tag
+        self.tag: str | None = None
+        self._acks: ChannelAcks | None = None
         self._cancelled = False
+
+    def acks_for(self, channel: AbstractChannel) -> ChannelAcks:
+        """The acks of the channel a message came on."""
+        if self._acks is None or self._acks.channel is not channel:
+            # A robust channel reopened after a reconnect is a new channel: its delivery
+            # tags start again from 1, and the old one's messages went back to the queue.
+            self._acks = ChannelAcks(channel)
+        return self._acks
+
+    async def flush_acks(self) -> None:
+        if self._acks is not None:
+            await self._acks.flush()
 
     async def cancel(self) -> None:
         if self._cancelled:
             return
         self._cancelled = True
         try:
-            if not self._channel.is_closed:  # closed with the connection: nothing to cancel
-                await self._queue.cancel(self._tag)
+            await self.flush_acks()
+            if not self._channel.is_closed and self.tag is not None:
+                await self._queue.cancel(self.tag)
         finally:
             # Closing the channel hands every unacked message back to the queue (and
             # keeps a robust channel from restoring the consumer after a reconnect).
@@ -115,6 +140,7 @@ class AmqpQueue:
         # so on a shared one a herd of one biz type would hold back every other's
         # publishes and confirms behind it.
         self._biz_exchanges: dict[str, AbstractRobustExchange] = {}
+        self._consumers: weakref.WeakSet[AmqpConsumer] = weakref.WeakSet()
 
     async def connect(self) -> None:
         # aio-pika waits 5 s between reconnect attempts by default; a RabbitMQ restart
@@ -138,6 +164,9 @@ class AmqpQueue:
         )
 
     async def close(self) -> None:
+        for consumer in list(self._consumers):
+            with contextlib.suppress(Exception):  # acks lost with the connection come back
+                await consumer.flush_acks()
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
@@ -216,17 +245,28 @@ class AmqpQueue:
             queue_name(self._prefix, biz_type), durable=True, arguments=QUEUE_ARGUMENTS
         )
 
+        consumer = AmqpConsumer(channel, queue)
+        self._consumers.add(consumer)
+
         async def on_message(message: AbstractIncomingMessage) -> None:
             try:
-                delivery = AmqpDelivery(message)
+                acks = consumer.acks_for(message.channel)
+            except ChannelInvalidStateError:
+                return  # the channel closed under it: the server has it back
+            tag = message.delivery_tag
+            assert tag is not None  # a consumed message has one
+            acks.delivered(tag)
+            try:
+                delivery = AmqpDelivery(message, acks, tag)
             except (ValueError, KeyError) as exc:
                 log.error("dropping unreadable message", extra={"error": str(exc)})
                 await message.reject(requeue=False)
+                acks.settled(tag)
                 return
             await handler(delivery)
 
-        tag = await queue.consume(on_message)
-        return AmqpConsumer(channel, queue, tag)
+        consumer.tag = await queue.consume(on_message)
+        return consumer
 
     async def queue_depth(self, biz_type: str) -> int | None:
         if self._connection is None:
