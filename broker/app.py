@@ -247,8 +247,9 @@ class Broker:
         store_ms = await self._store.brokers.broker_heartbeat(
             self.broker_id, held, self._clock.now_ms(), HEARTBEAT_TTL_MS, sorted(self._lanes)
         )
-        self.skew.observe(self._clock.now_ms(), store_ms)
-        self._metrics.clock_lead(self.skew.lead_ms() / 1000)
+        mono_s = self._clock.monotonic_s()
+        self.skew.observe(mono_s, store_ms)
+        self._metrics.clock_lead(self.skew.lead_ms(self._clock.now_ms(), mono_s) / 1000)
 
     async def _every(self, interval_s: float, job: object, paced: bool = False) -> None:
         """Run `job` over and over, `interval_s` apart; `paced`: from one start to the

@@ -53,7 +53,7 @@ from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
 from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter, Pending
-from broker.ratelimit import TokenBucket
+from broker.ratelimit import BucketClock, TokenBucket
 from broker.sender import Sender
 from broker.skew import SkewGuard
 from timer_service.clock import Clock
@@ -115,10 +115,10 @@ class Lane:
         self._marks = marks
         self._metrics = metrics
         self._clock = clock
-        # On the clock sends are stamped by (`fired_at`, the contract's send time), not
-        # the monotonic one: the bound must hold between the stamps, and that clock
-        # steps back when the skew guard learns a larger lead.
-        self._origin_ms = clock.now_ms()  # bucket time counts from here: float precision
+        # The bound must hold between the sends' stamps and in real time alike.
+        self._bucket_clock = BucketClock(
+            self._skew.send_clock_ms(clock.now_ms(), clock.monotonic_s()), clock.monotonic_s()
+        )
         self._bucket = TokenBucket(biz.rate_limit_per_s, biz.burst, self._send_clock_s())
         self._held: list[Held] = []  # not yet checked, by sort_key
         self._ready: list[Held] = []  # checked, waiting for moment / token / slot
@@ -259,7 +259,7 @@ class Lane:
         if biz.paused:
             return None if wait_ms == math.inf else wait_ms / 1000
         # Sends and marks go by the earlier of this host's clock and the store's.
-        now = self._skew.send_clock_ms(self._clock.now_ms())
+        now = self._skew.send_clock_ms(self._clock.now_ms(), mono)
         ready = self._ready
         while ready:
             item = ready[0]
@@ -269,9 +269,9 @@ class Lane:
             if self._in_flight >= biz.max_concurrency:
                 self._note_limited(item)
                 break  # a finishing callback wakes the lane
-            if not self._bucket.try_take(self._bucket_s(now)):
+            if not self._bucket.try_take(self._bucket_s(now, mono)):
                 self._note_limited(item)
-                wait_ms = min(wait_ms, self._bucket.wait_s(self._bucket_s(now)) * 1000)
+                wait_ms = min(wait_ms, self._bucket.wait_s(self._bucket_s(now, mono)) * 1000)
                 break
             ready.pop(0)
             if not item.prune():  # its channel closed: another broker has the message
@@ -289,7 +289,7 @@ class Lane:
             if beat_at > now:
                 wait_ms = min(wait_ms, beat_at - now)
             else:
-                budget = self._mark_budget(self._bucket_s(now))
+                budget = self._mark_budget(self._bucket_s(now, mono))
                 reach = (now + self._check_ahead_ms + MARK_SPAN_MS, math.inf)
                 end = min(bisect.bisect_right(held, reach, key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
@@ -303,7 +303,9 @@ class Lane:
                     held[:end] = later
                     self._start_check(batch)
                 elif not ready and not self._bucket.unlimited:
-                    lead_s = self._bucket.wait_s(self._bucket_s(now)) - self._check_ahead_ms / 1000
+                    lead_s = (
+                        self._bucket.wait_s(self._bucket_s(now, mono)) - self._check_ahead_ms / 1000
+                    )
                     wait_ms = min(wait_ms, max(1.0, lead_s * 1000))
         return None if wait_ms == math.inf else wait_ms / 1000
 
@@ -331,13 +333,14 @@ class Lane:
         return slots if tokens >= slots else min(slots, math.floor(tokens))
 
     def _send_clock_s(self) -> float:
-        """The clock sends are held on and stamped by (broker.skew), in seconds."""
-        return self._bucket_s(self._skew.send_clock_ms(self._clock.now_ms()))
+        """Bucket time now (broker.ratelimit.BucketClock)."""
+        mono = self._clock.monotonic_s()
+        return self._bucket_s(self._skew.send_clock_ms(self._clock.now_ms(), mono), mono)
 
-    def _bucket_s(self, send_clock_ms: int) -> float:
-        """A send-clock instant as the bucket counts time: seconds since the lane began
-        (epoch seconds as a float would blur the milliseconds a token is made of)."""
-        return (send_clock_ms - self._origin_ms) / 1000
+    def _bucket_s(self, send_clock_ms: int, mono_s: float) -> float:
+        """Bucket time at a send-clock and monotonic reading: seconds since the lane
+        began (epoch seconds as a float would blur the milliseconds a token is made of)."""
+        return self._bucket_clock.at(send_clock_ms, mono_s)
 
     def _note_limited(self, item: Held) -> None:
         if not item.limited:

@@ -88,3 +88,30 @@ class TokenBucket:
             assert self._rate_per_s is not None
             self._tokens = min(float(self._burst), self._tokens + elapsed * self._rate_per_s)
             self._stamp_s = now_s
+
+
+class BucketClock:
+    """The time a lane's bucket refills by: seconds that advance no faster than the
+    clock sends are stamped by (`fired_at`, the contract's send time) nor than the
+    monotonic clock (when the endpoint sees them). The stamps' clock steps back when
+    the host's wall clock does, and forward when the skew guard learns a tighter bound
+    (broker/skew.py); a bucket on it alone let sends out closer than the rate allows
+    in real time, one on the monotonic clock alone closer in their stamps. Time the
+    stamps' clock spends below its highest reading, or skips forward, refills nothing."""
+
+    __slots__ = ("_high_ms", "_mono_s", "_now_s")
+
+    def __init__(self, stamp_ms: int, mono_s: float) -> None:
+        self._high_ms = stamp_ms
+        self._mono_s = mono_s
+        self._now_s = 0.0
+
+    def at(self, stamp_ms: int, mono_s: float) -> float:
+        """Bucket seconds at this stamp-clock and monotonic reading."""
+        stamp_s = (stamp_ms - self._high_ms) / 1000
+        mono_gap_s = mono_s - self._mono_s
+        if stamp_s > 0 and mono_gap_s > 0:
+            self._now_s += min(stamp_s, mono_gap_s)
+        self._high_ms = max(self._high_ms, stamp_ms)
+        self._mono_s = max(self._mono_s, mono_s)
+        return self._now_s

@@ -68,12 +68,12 @@ def test_the_checker_sees_a_callback_before_its_due_moment() -> None:
     assert [(v.promise, v.identity) for v in found] == [("never early", doctored.identity)], found
 
 
-@pytest.mark.known_bug
 def test_a_host_clock_step_forward_never_makes_a_callback_early() -> None:
-    """Issue 30, break 6: the skew guard (broker/skew.py) keeps the smallest of the last
+    """Issue 30, break 6: the skew guard (broker/skew.py) kept the smallest of the last
     host-lead bounds, valid only while the host's wall clock does not step. Seed 8 with
     host clock steps: broker-1's clock stepped +2443 ms at 6.1 s, then callbacks went out
-    up to ~1.4 s before their due moment (`never early`)."""
+    up to ~1.4 s before their due moment (`never early`). The guard now bounds the
+    store's clock on the monotonic clock, which no step moves."""
     holds(simulate(8, Options(clock_steps=True)))
 
 
