@@ -1,6 +1,7 @@
 """The run's faults, drawn from the seed: crashes and restarts, graceful stops,
-freezes, lost queue connections, host wall-clock steps and windows of store command
-faults (errors before a command applies, replies lost after it applied, delays).
+freezes, lost queue connections, host wall-clock steps, rolling restarts of the
+brokers and windows of store command faults (errors before a command applies,
+replies lost after it applied, delays).
 
 Every fault ends before the run's quiet phase, so that the checker can ask for every
 job to have settled by then.
@@ -18,6 +19,8 @@ FREEZE_S = (0.5, 8.0)
 QUEUE_LOST_S = (0.2, 3.0)
 STORE_FAULT_WINDOW_S = (0.5, 4.0)
 CLOCK_STEP_MS = (-3000, 3000)
+ROLLING_DOWN_S = (0.2, 1.5)  # a broker's restart in a rolling restart ...
+ROLLING_NEXT_S = (0.5, 3.0)  # ... and the wait before the next one's
 
 
 class Faults:
@@ -30,14 +33,17 @@ class Faults:
         every_s: float,
         store: StoreFaults | None,
         clock_steps: bool,
+        rolling_restarts: bool = False,
     ) -> None:
         self.cluster = cluster
         self.rng = random.Random(f"faults/{seed}")
         self.duration_ms = duration_ms
         self.every_s = every_s
         self.store = store
-        self.kinds = ("crash", "stop", "freeze", "queue", "store") + (
-            ("clock",) if clock_steps else ()
+        self.kinds = (
+            ("crash", "stop", "freeze", "queue", "store")
+            + (("clock",) if clock_steps else ())
+            + (("rolling",) if rolling_restarts else ())
         )
 
     async def run(self) -> None:
@@ -73,3 +79,16 @@ class Faults:
                 self.store.on = False
             elif kind == "clock":
                 cluster.step_clock(slot, rng.randint(*CLOCK_STEP_MS))
+            elif kind == "rolling":
+                await self._rolling_restart()
+
+    async def _rolling_restart(self) -> None:
+        """Every broker up, one after the other: stopped (SIGTERM), started again."""
+        cluster, clock, rng = self.cluster, self.cluster.clock, self.rng
+        for slot in [s for s in cluster.slots if s.startswith("broker")]:
+            if slot not in cluster.processes:
+                continue
+            await cluster.stop(slot)
+            await clock.sleep(rng.uniform(*ROLLING_DOWN_S))
+            await cluster.start(slot)
+            await clock.sleep(rng.uniform(*ROLLING_NEXT_S))
