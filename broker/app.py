@@ -193,6 +193,7 @@ class Broker:
             tracing=self._tracing,
             handover=handover,
             marks=self._marks,
+            buckets=self._store.brokers,
         )
         lane.start()
         self._lanes[biz.biz_type] = lane

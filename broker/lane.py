@@ -15,6 +15,16 @@ late) may send after the handover. A lane made for a planned handover (the
 old owner drains before it lets go) starts its first stream empty, without
 the debt: its bucket refilled while it stood by.
 
+And a lane never starts with more tokens than its biz type's bucket had when the
+last lane to send for it let go (issue 30, break 3: a restarted broker spent a
+second burst on top of the one its previous incarnation had just spent). At its
+first message, before it marks or sends anything, a lane takes the biz type's
+bucket in the store (`BrokersPort.take_bucket`), which answers how its last taker
+left it: the tokens then, refilled at the rate since (broker.ratelimit.start_tokens);
+none when that taker never let go (a crash: it may have spent its burst just before);
+a full bucket when nothing was ever sent for the biz type. A lane that stops sending
+leaves the bucket, with its tokens, once its callbacks in flight are done (`drain`).
+
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
 (``CHECK_AHEAD_MS``; up to ``MAX_CHECK_AHEAD_MS`` while the store answers
@@ -46,6 +56,7 @@ import itertools
 import logging
 import math
 import random
+import uuid
 
 from broker.callback import Response, attempt_record, build_request, judge
 from broker.fate import Fate, after_check, carry_out, check_failed, held_too_long
@@ -53,7 +64,7 @@ from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
 from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter, Pending
-from broker.ratelimit import BucketClock, TokenBucket
+from broker.ratelimit import BucketClock, TokenBucket, start_tokens
 from broker.sender import Sender
 from broker.skew import SkewGuard
 from timer_service.clock import Clock
@@ -64,6 +75,7 @@ from timer_service.metrics import Metrics
 from timer_service.model import BizType, job_key
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
+from timer_service.store.ports.brokers import BrokersPort
 from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
@@ -83,6 +95,8 @@ MAX_CHECK_BATCH = 500
 MAX_CHECKS_IN_FLIGHT = 3
 MIN_OVERLAPPING_BATCH = 32
 SETTLE_POLL_S = 0.02  # how often `settle` looks
+TAKE_RETRY_S = 0.5  # a bucket take that failed is asked again after this
+LEAVE_TIMEOUT_S = 2.0  # a bucket leave the store does not answer within this is given up
 
 
 class Lane:
@@ -100,8 +114,14 @@ class Lane:
         tracing: Tracing = NO_TRACING,
         handover: bool = False,
         marks: MarkWriter,
+        buckets: BrokersPort | None = None,
     ) -> None:
         self.biz = biz
+        # The biz type's bucket in the store (see above); None: this lane's alone.
+        self._buckets = buckets
+        self._taker = f"{broker_id}/{uuid.uuid4().hex[:8]}"
+        self._bucket_taken = buckets is None
+        self._taking: asyncio.Task[None] | None = None
         # Made to take the stream over from a live broker (broker/ownership.py): the
         # first stream starts empty, not with a burst on top of the old owner's.
         self._starts_empty = handover
@@ -152,10 +172,13 @@ class Lane:
         self._wake()
 
     async def drain(self, timeout_s: float) -> bool:
-        """Wait for callbacks in flight; True when none is left."""
+        """Wait for callbacks in flight; True when none is left (and, once sending has
+        stopped, the bucket is left for the next taker with its tokens)."""
         if self._sends:
             with contextlib.suppress(TimeoutError):
                 await self._clock.wait_for(asyncio.wait(set(self._sends)), max(0.0, timeout_s))
+        if not self._sends and not self._sending:
+            await self._leave_bucket()
         return not self._sends
 
     async def settle(self, timeout_s: float) -> bool:
@@ -196,8 +219,46 @@ class Lane:
         another consumer, and may have come back after it spent)."""
         return any(item.delivery.live for item in itertools.chain(self._ready, self._held))
 
+    # -- the bucket in the store -------------------------------------------------------
+    async def _take_bucket(self) -> None:
+        assert self._buckets is not None
+        biz_type = self.biz.biz_type
+        while True:
+            try:
+                taken = await self._buckets.take_bucket(biz_type, self._taker, self._clock.now_ms())
+                break
+            except Exception as exc:  # the store's: nothing goes out until it answers
+                log.warning("bucket take failed", extra={"biz_type": biz_type, "error": repr(exc)})
+                await self._clock.sleep(TAKE_RETRY_S)
+        if taken is not None:
+            tokens = start_tokens(taken, self.biz.rate_limit_per_s, self.biz.burst)
+            self._bucket.at_most(tokens, self._send_clock_s())
+        self._bucket_taken = True
+        self._wake()
+
+    async def _leave_bucket(self) -> None:
+        if self._buckets is None or self._taking is None or not self._bucket_taken:
+            return
+        self._taking = None  # left once
+        tokens = self._bucket.tokens(self._send_clock_s())
+        try:
+            await self._clock.wait_for(
+                self._buckets.leave_bucket(
+                    self.biz.biz_type, self._taker, tokens, self._clock.now_ms()
+                ),
+                LEAVE_TIMEOUT_S,
+            )
+        except Exception as exc:  # left taken: the next taker starts empty
+            log.warning(
+                "bucket leave failed", extra={"biz_type": self.biz.biz_type, "error": repr(exc)}
+            )
+
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
+        if self._taking is None and not self._bucket_taken:
+            self._taking = asyncio.create_task(self._take_bucket())
+            self._chores.add(self._taking)
+            self._taking.add_done_callback(self._chores.discard)
         if self._starts_empty:
             self._starts_empty = False
             self._bucket.empty(self._send_clock_s())
@@ -256,7 +317,7 @@ class Lane:
             self._metrics.message_handed_back(biz.biz_type)
             self._settle(item, held_too_long())
         wait_ms = wait_s * 1000
-        if biz.paused:
+        if biz.paused or not self._bucket_taken:  # a take wakes the lane
             return None if wait_ms == math.inf else wait_ms / 1000
         # Sends and marks go by the earlier of this host's clock and the store's.
         now = self._skew.send_clock_ms(self._clock.now_ms(), mono)
