@@ -231,6 +231,9 @@ class Lane:
                 log.warning("bucket take failed", extra={"biz_type": biz_type, "error": repr(exc)})
                 await self._clock.sleep(TAKE_RETRY_S)
         if taken is not None:
+            # A round trip that read the store's clock, before any mark or send: no lane
+            # sends by its host's clock alone, even when the first heartbeat failed.
+            self._skew.observe(self._clock.monotonic_s(), taken.at_ms)
             tokens = start_tokens(taken, self.biz.rate_limit_per_s, self.biz.burst)
             self._bucket.at_most(tokens, self._send_clock_s())
         self._bucket_taken = True

@@ -9,12 +9,24 @@ from typing import Any
 
 from broker.lane import Lane
 from broker.marks import MarkWriter
+from broker.outcomes import OutcomeWriter
 from broker.ratelimit import start_tokens
-from tests.unit.test_broker_lane import FakeDelivery, claimed_jobs, drive_by_hand, parts, settle
+from broker.skew import SkewGuard
+from tests.unit.test_broker_lane import (
+    FakeDelivery,
+    FakeSender,
+    claimed_jobs,
+    drive_by_hand,
+    parts,
+    settle,
+)
+from tests.unit.test_broker_skew import StoreClock
 from timer_service.clock import FakeClock
 from timer_service.dispatch import BucketTaken
 from timer_service.jobs import NewJob
+from timer_service.metrics import Metrics
 from timer_service.model import BizType, second_of
+from timer_service.store.memory import MemoryStore
 
 __all__ = ["parts"]  # the fixture
 
@@ -120,3 +132,31 @@ async def test_a_biz_type_never_sent_for_starts_full(parts: Any, fake_clock: Fak
     times = await sends_after(lane, parts, fake_clock, 4)
     assert times == [0, 0, 0, 1000], f"expected the burst, then one a second, got {times}"
     await lane.close()
+
+
+async def test_the_take_teaches_the_lane_the_stores_clock(fake_clock: FakeClock) -> None:
+    """The take is a round trip that reads the store's clock, before the lane marks or
+    sends anything: a lane never sends by its host's clock alone, even when its broker's
+    first heartbeat failed (broker/skew.py). Here the host is 3 s ahead of the store."""
+    store = MemoryStore(buckets=60, clock=StoreClock(fake_clock, -3000))
+    await store.setup()
+    await store.biz_types.put_biz_type(ORDERS)
+    skew = SkewGuard()
+    metrics = Metrics()
+    outcomes = OutcomeWriter(store.outcomes, metrics, fake_clock)
+    lane = Lane(
+        ORDERS,
+        marks=MarkWriter(store.outcomes, metrics, fake_clock, "broker-1"),
+        sender=FakeSender(),
+        outcomes=outcomes,
+        metrics=metrics,
+        clock=fake_clock,
+        skew=skew,
+        buckets=store.brokers,
+    )
+    for job in await claimed_jobs(store, fake_clock, 1, fake_clock.now_ms() + 60_000):
+        lane.offer(FakeDelivery(job))
+    await settle()
+    assert skew.lead_ms(fake_clock.now_ms(), fake_clock.monotonic_s()) == 3000
+    await lane.close()
+    await store.close()
