@@ -1,29 +1,8 @@
 """One biz type's stream: hold each message until its moment, claim the send, send it within limits.
 
-Ownership: every biz type has its own quorum queue with single-active-consumer,
-so at any time one broker across all replicas consumes a biz type's stream.
-That is what makes the token bucket and the in-flight cap below global: they
-live in the one process that owns the stream. Across a handover (the owner
-dies or loses its connection, and RabbitMQ redelivers what it held to the next
-consumer) the new owner cannot know what the old one spent, so a redelivered
-message reaching a lane that holds no message on an open channel (nothing, or
-only what an earlier channel left) sets its bucket a burst below empty: the
-stream goes on at the rate after a pause of (burst + 1) / rate, never with a
-fresh burst on top of the old owner's, and the debt covers up to a burst that
-an old owner still alive (its connection closed, which it learns a moment
-late) may send after the handover. A lane made for a planned handover (the
-old owner drains before it lets go) starts its first stream empty, without
-the debt: its bucket refilled while it stood by.
-
-And a lane never starts with more tokens than its biz type's bucket had when the
-last lane to send for it let go (issue 30, break 3: a restarted broker spent a
-second burst on top of the one its previous incarnation had just spent). At its
-first message, before it marks or sends anything, a lane takes the biz type's
-bucket in the store (`BrokersPort.take_bucket`), which answers how its last taker
-left it: the tokens then, refilled at the rate since (broker.ratelimit.start_tokens);
-none when that taker never let go (a crash: it may have spent its burst just before);
-a full bucket when nothing was ever sent for the biz type. A lane that stops sending
-leaves the bucket, with its tokens, once its callbacks in flight are done (`drain`).
+The token bucket and the in-flight cap are global (one broker consumes a biz
+type's stream at a time); how the bucket holds across handovers and restarts is
+broker.stored_bucket's.
 
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
@@ -64,9 +43,10 @@ from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
 from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter, Pending
-from broker.ratelimit import BucketClock, TokenBucket, start_tokens
+from broker.ratelimit import BucketClock, TokenBucket
 from broker.sender import Sender
 from broker.skew import SkewGuard
+from broker.stored_bucket import StoredBucket
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
 from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind
@@ -95,8 +75,6 @@ MAX_CHECK_BATCH = 500
 MAX_CHECKS_IN_FLIGHT = 3
 MIN_OVERLAPPING_BATCH = 32
 SETTLE_POLL_S = 0.02  # how often `settle` looks
-TAKE_RETRY_S = 0.5  # a bucket take that failed is asked again after this
-LEAVE_TIMEOUT_S = 2.0  # a bucket leave the store does not answer within this is given up
 
 
 class Lane:
@@ -117,16 +95,13 @@ class Lane:
         buckets: BrokersPort | None = None,
     ) -> None:
         self.biz = biz
-        # The biz type's bucket in the store (see above); None: this lane's alone.
-        self._buckets = buckets
-        self._taker = f"{broker_id}/{uuid.uuid4().hex[:8]}"
-        self._bucket_taken = buckets is None
-        self._taking: asyncio.Task[None] | None = None
         # Made to take the stream over from a live broker (broker/ownership.py): the
         # first stream starts empty, not with a burst on top of the old owner's.
         self._starts_empty = handover
         self._broker_id = broker_id
         self._skew = skew or SkewGuard()
+        taker = f"{broker_id}/{uuid.uuid4().hex[:8]}"
+        self._stored = StoredBucket(buckets, taker, clock, self._skew)
         self._hold_bound = HoldBound(max_hold_ms)
         self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
@@ -178,7 +153,8 @@ class Lane:
             with contextlib.suppress(TimeoutError):
                 await self._clock.wait_for(asyncio.wait(set(self._sends)), max(0.0, timeout_s))
         if not self._sends and not self._sending:
-            await self._leave_bucket()
+            tokens = self._bucket.tokens(self._send_clock_s())
+            await self._stored.leave(self.biz.biz_type, tokens)
         return not self._sends
 
     async def settle(self, timeout_s: float) -> bool:
@@ -219,49 +195,20 @@ class Lane:
         another consumer, and may have come back after it spent)."""
         return any(item.delivery.live for item in itertools.chain(self._ready, self._held))
 
-    # -- the bucket in the store -------------------------------------------------------
     async def _take_bucket(self) -> None:
-        assert self._buckets is not None
-        biz_type = self.biz.biz_type
-        while True:
-            try:
-                taken = await self._buckets.take_bucket(biz_type, self._taker, self._clock.now_ms())
-                break
-            except Exception as exc:  # the store's: nothing goes out until it answers
-                log.warning("bucket take failed", extra={"biz_type": biz_type, "error": repr(exc)})
-                await self._clock.sleep(TAKE_RETRY_S)
-        if taken is not None:
-            # A round trip that read the store's clock, before any mark or send: no lane
-            # sends by its host's clock alone, even when the first heartbeat failed.
-            self._skew.observe(self._clock.monotonic_s(), taken.at_ms)
-            tokens = start_tokens(taken, self.biz.rate_limit_per_s, self.biz.burst)
+        tokens = await self._stored.take(self.biz)
+        if tokens is not None:
             self._bucket.at_most(tokens, self._send_clock_s())
-        self._bucket_taken = True
+        self._stored.known = True
         self._wake()
-
-    async def _leave_bucket(self) -> None:
-        if self._buckets is None or self._taking is None or not self._bucket_taken:
-            return
-        self._taking = None  # left once
-        tokens = self._bucket.tokens(self._send_clock_s())
-        try:
-            await self._clock.wait_for(
-                self._buckets.leave_bucket(
-                    self.biz.biz_type, self._taker, tokens, self._clock.now_ms()
-                ),
-                LEAVE_TIMEOUT_S,
-            )
-        except Exception as exc:  # left taken: the next taker starts empty
-            log.warning(
-                "bucket leave failed", extra={"biz_type": self.biz.biz_type, "error": repr(exc)}
-            )
 
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
-        if self._taking is None and not self._bucket_taken:
-            self._taking = asyncio.create_task(self._take_bucket())
-            self._chores.add(self._taking)
-            self._taking.add_done_callback(self._chores.discard)
+        if not self._stored.asked:
+            self._stored.asked = True
+            taking = asyncio.create_task(self._take_bucket())
+            self._chores.add(taking)
+            taking.add_done_callback(self._chores.discard)
         if self._starts_empty:
             self._starts_empty = False
             self._bucket.empty(self._send_clock_s())
@@ -320,7 +267,7 @@ class Lane:
             self._metrics.message_handed_back(biz.biz_type)
             self._settle(item, held_too_long())
         wait_ms = wait_s * 1000
-        if biz.paused or not self._bucket_taken:  # a take wakes the lane
+        if biz.paused or not self._stored.known:  # the take wakes the lane
             return None if wait_ms == math.inf else wait_ms / 1000
         # Sends and marks go by the earlier of this host's clock and the store's.
         now = self._skew.send_clock_ms(self._clock.now_ms(), mono)
