@@ -214,6 +214,7 @@ class Broker:
             handover=handover,
             marks=self._marks,
             stream=Stream(self._lease.term, lambda: self._own(biz.biz_type)),
+            buckets=self._store.brokers,
         )
         lane.start()
         self._lanes[biz.biz_type] = lane
@@ -331,8 +332,9 @@ class Broker:
         if self._lease.landed(sent_at_s):
             log.info("store heartbeat back: a new term", extra={"term": self._lease.term.number})
             self._let_go_lapsed()
-        self.skew.observe(self._clock.now_ms(), store_ms)
-        self._metrics.clock_lead(self.skew.lead_ms() / 1000)
+        mono_s = self._clock.monotonic_s()
+        self.skew.observe(mono_s, store_ms)
+        self._metrics.clock_lead(self.skew.lead_ms(self._clock.now_ms(), mono_s) / 1000)
 
     async def _every(self, interval_s: float, job: object, paced: bool = False) -> None:
         """Run `job` over and over, `interval_s` apart; `paced`: from one start to the

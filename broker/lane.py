@@ -1,19 +1,8 @@
 """One biz type's stream: hold each message until its moment, claim the send, send it within limits.
 
-Ownership: every biz type has its own quorum queue with single-active-consumer,
-so at any time one broker across all replicas consumes a biz type's stream.
-That is what makes the token bucket and the in-flight cap below global: they
-live in the one process that owns the stream. Across a handover (the owner
-dies or loses its connection, and RabbitMQ redelivers what it held to the next
-consumer) the new owner cannot know what the old one spent, so a redelivered
-message reaching a lane that holds no message on an open channel (nothing, or
-only what an earlier channel left) sets its bucket a burst below empty: the
-stream goes on at the rate after a pause of (burst + 1) / rate, never with a
-fresh burst on top of the old owner's, and the debt covers up to a burst that
-an old owner still alive (its connection closed, which it learns a moment
-late) may send after the handover. A lane made for a planned handover (the
-old owner drains before it lets go) starts its first stream empty, without
-the debt: its bucket refilled while it stood by.
+The token bucket and the in-flight cap are global (one broker consumes a biz
+type's stream at a time); how the bucket holds across handovers and restarts is
+broker.stored_bucket's.
 
 A message arrives up to ~2 s before its ``next_attempt_at``. The lane keeps it
 unacked in ``_held`` (ordered by that moment). Shortly before the moment
@@ -45,9 +34,9 @@ import contextlib
 import itertools
 import logging
 import math
-import random
+import uuid
 
-from broker.callback import Response, attempt_record, build_request, judge
+from broker.callback import Response, attempt_record, build_request
 from broker.fate import (
     Fate,
     after_check,
@@ -59,33 +48,29 @@ from broker.fate import (
 )
 from broker.held import Held, insert_ordered, sort_key
 from broker.holdbound import HoldBound
+from broker.judging import judge_answer, log_failure
 from broker.marks import MarkWriter
 from broker.outcomes import OutcomeWriter, Pending
-from broker.pacing import MAX_CHECK_AHEAD_MS, Pacing
-from broker.ratelimit import TokenBucket
+from broker.pacing import MARK_SPAN_MS, Pacing
+from broker.ratelimit import BucketClock, TokenBucket
 from broker.sender import Sender
 from broker.skew import SkewGuard
+from broker.stored_bucket import StoredBucket
 from broker.term import Stream
 from timer_service.clock import Clock
 from timer_service.constants import TASK_STOP_TIMEOUT_S
-from timer_service.dispatch import HeldBiz, Outcome, OutcomeKind
+from timer_service.dispatch import HeldBiz, Outcome
 from timer_service.errors import StaleEpoch
 from timer_service.logs import log_trace
 from timer_service.metrics import Metrics
 from timer_service.model import BizType, job_key
 from timer_service.queue.base import Delivery
 from timer_service.runtime import cancel_and_wait
+from timer_service.store.ports.brokers import BrokersPort
 from timer_service.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger(__name__)
 
-# A mark, on the beat before the look-ahead reaches the next message, takes what comes
-# due within the look-ahead and this span beyond it: a steady flow is then marked a
-# span at a time, not a message or two each time the look-ahead moves on (at 500
-# jobs/s that was a mark per job). The price: a cancel answers "in flight" up to this
-# much earlier before the send.
-MARK_SPAN_MS = 100
-MAX_CHECK_BATCH = 500
 # Marks in flight at once per lane: a herd's next batch is on its way while the store
 # answers the one before (the budget below still bounds what is marked ahead). A
 # trickle waits for the mark in flight instead, and goes in the next, larger batch.
@@ -111,6 +96,7 @@ class Lane:
         handover: bool = False,
         marks: MarkWriter,
         stream: Stream | None = None,
+        buckets: BrokersPort | None = None,
     ) -> None:
         self.biz = biz
         self.stream = stream  # its term and ownership epoch (None: a lane alone, in a test)
@@ -120,6 +106,8 @@ class Lane:
         self._starts_empty = handover
         self._broker_id = broker_id
         self._skew = skew or SkewGuard()
+        taker = f"{broker_id}/{uuid.uuid4().hex[:8]}"
+        self._stored = StoredBucket(buckets, taker, clock, self._skew)
         self._hold_bound = HoldBound(max_hold_ms)
         self._items: dict[Held, None] = {}  # every message not yet settled
         self._tracing = tracing
@@ -128,10 +116,10 @@ class Lane:
         self._marks = marks
         self._metrics = metrics
         self._clock = clock
-        # On the clock sends are stamped by (`fired_at`, the contract's send time), not
-        # the monotonic one: the bound must hold between the stamps, and that clock
-        # steps back when the skew guard learns a larger lead.
-        self._origin_ms = clock.now_ms()  # bucket time counts from here: float precision
+        # The bound must hold between the sends' stamps and in real time alike.
+        self._bucket_clock = BucketClock(
+            self._skew.send_clock_ms(clock.now_ms(), clock.monotonic_s()), clock.monotonic_s()
+        )
         self._bucket = TokenBucket(biz.rate_limit_per_s, biz.burst, self._send_clock_s())
         self._held: list[Held] = []  # not yet checked, by sort_key
         self._ready: list[Held] = []  # checked, waiting for moment / token / slot
@@ -164,10 +152,14 @@ class Lane:
         self._wake()
 
     async def drain(self, timeout_s: float) -> bool:
-        """Wait for callbacks in flight; True when none is left."""
+        """Wait for callbacks in flight; True when none is left (and, once sending has
+        stopped, the bucket is left for the next taker with its tokens)."""
         if self._sends:
             with contextlib.suppress(TimeoutError):
                 await self._clock.wait_for(asyncio.wait(set(self._sends)), max(0.0, timeout_s))
+        if not self._sends and not self._sending:
+            tokens = self._bucket.tokens(self._send_clock_s())
+            await self._stored.leave(self.biz.biz_type, tokens)
         return not self._sends
 
     async def settle(self, timeout_s: float) -> bool:
@@ -231,8 +223,20 @@ class Lane:
         another consumer, and may have come back after it spent)."""
         return any(item.delivery.live for item in itertools.chain(self._ready, self._held))
 
+    async def _take_bucket(self) -> None:
+        tokens = await self._stored.take(self.biz)
+        if tokens is not None:
+            self._bucket.at_most(tokens, self._send_clock_s())
+        self._stored.known = True
+        self._wake()
+
     # -- intake -------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> None:
+        if not self._stored.asked:
+            self._stored.asked = True
+            taking = asyncio.create_task(self._take_bucket())
+            self._chores.add(taking)
+            taking.add_done_callback(self._chores.discard)
         if self._starts_empty:
             self._starts_empty = False
             self._bucket.empty(self._send_clock_s())
@@ -293,10 +297,10 @@ class Lane:
             self._metrics.message_handed_back(biz.biz_type)
             self._settle(item, held_too_long())
         wait_ms = wait_s * 1000
-        if biz.paused:
+        if biz.paused or not self._stored.known:  # the take wakes the lane
             return None if wait_ms == math.inf else wait_ms / 1000
         # Sends and marks go by the earlier of this host's clock and the store's.
-        now = self._skew.send_clock_ms(self._clock.now_ms())
+        now = self._skew.send_clock_ms(self._clock.now_ms(), mono)
         ready = self._ready
         while ready:
             item = ready[0]
@@ -306,9 +310,9 @@ class Lane:
             if self._in_flight >= biz.max_concurrency:
                 self._note_limited(item)
                 break  # a finishing callback wakes the lane
-            if not self._bucket.try_take(self._bucket_s(now)):
+            if not self._bucket.try_take(self._bucket_s(now, mono)):
                 self._note_limited(item)
-                wait_ms = min(wait_ms, self._bucket.wait_s(self._bucket_s(now)) * 1000)
+                wait_ms = min(wait_ms, self._bucket.wait_s(self._bucket_s(now, mono)) * 1000)
                 break
             ready.pop(0)
             if not item.prune():  # its channel closed: another broker has the message
@@ -326,7 +330,10 @@ class Lane:
             if beat_at > now:
                 wait_ms = min(wait_ms, beat_at - now)
             else:
-                budget = self._mark_budget(self._bucket_s(now))
+                marked = len(self._ready) + self._checking
+                bucket_s = self._bucket_s(now, mono)
+                cap, in_flight = self.biz.max_concurrency, self._in_flight
+                budget = self._pace.mark_budget(self._bucket, bucket_s, cap, in_flight, marked)
                 reach = (now + self._pace.check_ahead_ms + MARK_SPAN_MS, math.inf)
                 end = min(bisect.bisect_right(held, reach, key=sort_key), budget)
                 if budget > 0 and (not self._checks or end >= MIN_OVERLAPPING_BATCH):
@@ -340,30 +347,22 @@ class Lane:
                     held[:end] = later
                     self._start_check(batch)
                 elif not ready and not self._bucket.unlimited:
-                    lead_ms = self._bucket.wait_s(self._bucket_s(now)) * 1000
-                    wait_ms = min(wait_ms, max(1.0, lead_ms - self._pace.check_ahead_ms))
+                    lead_s = (
+                        self._bucket.wait_s(self._bucket_s(now, mono))
+                        - self._pace.check_ahead_ms / 1000
+                    )
+                    wait_ms = min(wait_ms, max(1.0, lead_s * 1000))
         return None if wait_ms == math.inf else wait_ms / 1000
 
-    def _mark_budget(self, bucket_s: float) -> int:
-        """How many more messages to mark now: those that could go out within the
-        check-ahead window beyond what is marked already. A lane held back by its rate
-        limit, once it has to mark, marks for the longest window (MAX_CHECK_AHEAD_MS):
-        one job per token would cost the store a mark per callback."""
-        marked = len(self._ready) + self._checking
-        args = (self._bucket, bucket_s, self.biz.max_concurrency, self._in_flight)
-        budget = self._pace.could_go(*args, self._pace.check_ahead_ms + MARK_SPAN_MS) - marked
-        if budget > 0 and not self._bucket.unlimited:
-            budget = max(budget, self._pace.could_go(*args, MAX_CHECK_AHEAD_MS) - marked)
-        return min(budget, MAX_CHECK_BATCH)
-
     def _send_clock_s(self) -> float:
-        """The clock sends are held on and stamped by (broker.skew), in seconds."""
-        return self._bucket_s(self._skew.send_clock_ms(self._clock.now_ms()))
+        """Bucket time now (broker.ratelimit.BucketClock)."""
+        mono = self._clock.monotonic_s()
+        return self._bucket_s(self._skew.send_clock_ms(self._clock.now_ms(), mono), mono)
 
-    def _bucket_s(self, send_clock_ms: int) -> float:
-        """A send-clock instant as the bucket counts time: seconds since the lane began
-        (epoch seconds as a float would blur the milliseconds a token is made of)."""
-        return (send_clock_ms - self._origin_ms) / 1000
+    def _bucket_s(self, send_clock_ms: int, mono_s: float) -> float:
+        """Bucket time at a send-clock and monotonic reading: seconds since the lane
+        began (epoch seconds as a float would blur the milliseconds a token is made of)."""
+        return self._bucket_clock.at(send_clock_ms, mono_s)
 
     def _note_limited(self, item: Held) -> None:
         if not item.limited:
@@ -470,27 +469,10 @@ class Lane:
             duration_s = max(0.0, self._clock.monotonic_s() - started)
             self._pace.learn_callback_time(duration_s * 1000)
             known_at = self._clock.now_ms()
-            try:
-                spread = random.random()  # the backoff's jitter
-                verdict = judge(response, biz.retry, attempt, job.budget_base, known_at, spread)
-            except Exception as exc:  # an answer we cannot judge: a failed attempt, retried
-                log.exception("callback answer not understood", extra={"biz_type": biz.biz_type})
-                unreadable = Response(None, error=f"unreadable answer: {type(exc).__name__}")
-                verdict = judge(unreadable, biz.retry, attempt, job.budget_base, known_at)
+            verdict = judge_answer(response, biz, job, attempt, known_at)
             self._metrics.callback_outcome(biz.biz_type, verdict.kind.value, duration_s)
             span.end(verdict.kind.value, response.status_code)
-            if verdict.kind is not OutcomeKind.DELIVERED:
-                log.info(
-                    "callback failed",
-                    extra={
-                        "biz_type": biz.biz_type,
-                        "job_id": job.job_id,
-                        "attempt": attempt,
-                        "outcome": verdict.kind.value,
-                        "error": verdict.error,
-                        "next_attempt_at": verdict.next_attempt_at,
-                    },
-                )
+            log_failure(biz.biz_type, job.job_id, attempt, verdict)
             took_ms = round(duration_s * 1000)
             record = attempt_record(attempt, fired_at, response, verdict, took_ms, (biz, request))
             outcome = Outcome(item.ref, verdict.kind, record, verdict.next_attempt_at)

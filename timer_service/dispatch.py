@@ -132,6 +132,21 @@ class BrokerBeat:
 
 
 @dataclass(frozen=True, slots=True)
+class BucketTaken:
+    """A biz type's token bucket as a broker found it when it took it to send
+    (`BrokersPort.take_bucket`; broker/lane.py). `at_ms`: the store's clock at the take.
+    `was_taken`: a broker took it before (else nothing was ever sent for the biz type:
+    the bucket starts full). `left_at`: when the last taker let go of it, with
+    `left_tokens` then (None: unlimited then); None when it never let go: it may still
+    be sending, or died sending."""
+
+    at_ms: int
+    was_taken: bool
+    left_at: int | None = None
+    left_tokens: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseState:
     """One lease as stored: who holds it under which fence, until when (epoch ms)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.contract.stores import NOW
 from timer_service.clock import FakeClock
 from timer_service.dispatch import HeldBiz
+from timer_service.model import BizType
 from timer_service.store.base import Store
 from timer_service.store.memory import MemoryStore
 
@@ -48,3 +49,35 @@ async def test_a_beat_is_judged_by_the_store_clock_not_the_callers(store: Store)
     assert 0 < beat.left_ms(behind) <= 6000, beat
     # A reader whose clock is a minute ahead of the store's judges it alive all the same.
     assert 0 < beat.left_ms(NOW + 60_000) <= 6000, beat
+
+
+async def test_a_bucket_is_taken_as_it_was_left(store: Store) -> None:
+    """A biz type's token bucket (broker/lane.py): never taken; taken and not left (its
+    taker may still be sending); left with its tokens, on the store's clock; a leave by
+    a taker whose bucket was taken since leaves it not left (it may have sent after)."""
+    assert await store.brokers.take_bucket("nobody", "b1/1", NOW) is None, "no such biz type"
+    await store.biz_types.put_biz_type(BizType("orders", "http://x.example/cb"))
+    first = await store.brokers.take_bucket("orders", "b1/1", NOW)
+    assert first is not None and not first.was_taken, first
+    again = await store.brokers.take_bucket("orders", "b2/1", NOW)
+    assert again is not None and again.was_taken and again.left_at is None, again
+    await store.brokers.leave_bucket("orders", "b1/1", 9.0, NOW)  # b2/1 took it since
+    await store.brokers.leave_bucket("orders", "b2/1", 2.5, NOW)
+    taken = await store.brokers.take_bucket("orders", "b1/2", NOW)
+    assert taken is not None and taken.was_taken, taken
+    assert taken.left_tokens == 2.5 and taken.left_at is not None, taken
+    assert 0 <= taken.at_ms - taken.left_at < 60_000, taken
+    await store.brokers.leave_bucket("orders", "b1/2", None, NOW)  # unlimited then
+    last = await store.brokers.take_bucket("orders", "b2/2", NOW)
+    assert last is not None and last.left_at is not None and last.left_tokens is None, last
+    await store.brokers.leave_bucket("orders", "b2/2", 1.0, NOW)
+    await store.brokers.leave_bucket("orders", "b1/2", 3.0, NOW)  # stale: it may have sent
+    after_stale = await store.brokers.take_bucket("orders", "b2/3", NOW)
+    assert after_stale is not None and after_stale.was_taken, after_stale
+    assert after_stale.left_at is None, f"a stale leave leaves it not left: {after_stale}"
+    (biz,) = await store.biz_types.list_biz_types()
+    assert biz == await store.biz_types.get_biz_type("orders"), "the config reads as it was"
+    assert await store.biz_types.delete_biz_type("orders")
+    await store.biz_types.put_biz_type(BizType("orders", "http://x.example/cb"))
+    anew = await store.brokers.take_bucket("orders", "b1/3", NOW)
+    assert anew is not None and not anew.was_taken, f"deleted with its biz type: {anew}"

@@ -36,6 +36,7 @@ class Violation:
     promise: str
     identity: Identity | None
     detail: str
+    biz_type: str | None = None  # a promise about a biz type as a whole (the rate limit)
 
     def __str__(self) -> str:
         about = "" if self.identity is None else " {}/{}".format(*self.identity)
@@ -261,7 +262,8 @@ class Checker:
         return found
 
     def rate_limits(self) -> list[Violation]:
-        """Over any interval of length W: at most burst + rate x W callbacks."""
+        """Over any interval of length W: at most burst + rate x W callbacks, whichever
+        brokers sent them (across crashes, stops, restarts and handovers)."""
         found = []
         for biz_type, (rate, burst) in self.rates.items():
             sent = sorted(cb.sent_ms for cb in self.history.callbacks if cb.biz_type == biz_type)
@@ -279,6 +281,7 @@ class Checker:
                         None,
                         f"{biz_type}: {j - i + 1} callbacks in {sent[j] - sent[i]} ms "
                         f"(rate {rate}/s, burst {burst}) from {sent[i]}",
+                        biz_type,
                     )
                 )
         return found

@@ -1,9 +1,9 @@
 """The run's faults, drawn from the seed: crashes and restarts, graceful stops,
-freezes, lost queue connections, host wall-clock steps, windows of store command
-faults (errors before a command applies, replies lost after it applied, delays) and
-store elections (every command waits a few seconds), one of them as a restarted
-broker takes its biz types back: the other broker lets go of them while its outcome
-writes hang (issue 30, break 4).
+freezes, lost queue connections, host wall-clock steps, rolling restarts of the
+brokers, windows of store command faults (errors before a command applies, replies
+lost after it applied, delays) and store elections (every command waits a few
+seconds), one of them as a restarted broker takes its biz types back: the other
+broker lets go of them while its outcome writes hang (issue 30, break 4).
 
 Every fault ends before the run's quiet phase, so that the checker can ask for every
 job to have settled by then.
@@ -37,6 +37,8 @@ CLOCK_STEP_MS = (-3000, 3000)
 # at most 2 s before).
 ELECTION_S = (3.5, 5.3)
 LET_GO_WITHIN_S = 6.0  # a restarted broker's handover begins by then, if it has one
+ROLLING_DOWN_S = (0.2, 1.5)  # a broker's restart in a rolling restart ...
+ROLLING_NEXT_S = (0.5, 3.0)  # ... and the wait before the next one's
 
 
 class Faults:
@@ -49,14 +51,17 @@ class Faults:
         every_s: float,
         store: StoreFaults | None,
         clock_steps: bool,
+        rolling_restarts: bool = False,
     ) -> None:
         self.cluster = cluster
         self.rng = random.Random(f"faults/{seed}")
         self.duration_ms = duration_ms
         self.every_s = every_s
         self.store = store
-        self.kinds = ("crash", "stop", "freeze", "queue", "store", "election") + (
-            ("clock",) if clock_steps else ()
+        self.kinds = (
+            ("crash", "stop", "freeze", "queue", "store", "election")
+            + (("clock",) if clock_steps else ())
+            + (("rolling",) if rolling_restarts else ())
         )
 
     async def run(self) -> None:
@@ -111,6 +116,19 @@ class Faults:
                 await clock.sleep(seconds)
             elif kind == "clock":
                 cluster.step_clock(slot, rng.randint(*CLOCK_STEP_MS))
+            elif kind == "rolling":
+                await self._rolling_restart()
+
+    async def _rolling_restart(self) -> None:
+        """Every broker up, one after the other: stopped (SIGTERM), started again."""
+        cluster, clock, rng = self.cluster, self.cluster.clock, self.rng
+        for slot in [s for s in cluster.slots if s.startswith("broker")]:
+            if slot not in cluster.processes:
+                continue
+            await cluster.stop(slot)
+            await clock.sleep(rng.uniform(*ROLLING_DOWN_S))
+            await cluster.start(slot)
+            await clock.sleep(rng.uniform(*ROLLING_NEXT_S))
 
     async def _until_a_let_go(self, within_s: float) -> None:
         """Until a broker lets go of a biz type (or `within_s` passed)."""

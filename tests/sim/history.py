@@ -77,6 +77,12 @@ class History:
             if "FAULT" in line or (biz_type in whole and any(n in whole for n in names))
         ]
 
+    def about_biz(self, biz_type: str) -> list[str]:
+        """The callbacks of one biz type, every fault and every process start: a rate
+        limit violation's shortened trace."""
+        marks = (f"callback {biz_type}/", "FAULT", "  start ", "  up ")
+        return [line for line, _ in self._events() if any(m in line for m in marks)]
+
     def _events(self) -> list[tuple[str, str]]:
         """(line, the untruncated text it was cut from) of every event, in time order."""
         events: list[tuple[int, str, str]] = []

@@ -1,7 +1,8 @@
 """What the businesses ask of the service during a run, drawn from the seed: creates
 (single, batch, and identical repeats, as a client's safe retry), cancels close to the
-due moment, reschedules, replays of dead jobs, a biz type paused and resumed, and biz
-types deleted while creates race the delete.
+due moment, reschedules, replays of dead jobs, a biz type paused and resumed, biz
+types deleted while creates race the delete; with `bursts`, herds of `alerts` jobs that
+spend its whole bucket at once.
 
 Each business is a task of its own in the "world" process, so that its requests
 interleave with the service's work and with each other.
@@ -21,6 +22,14 @@ BIZ_TYPES: dict[str, dict[str, Any]] = {
     "orders": {"rate_limit_per_s": 4.0, "burst": 3},
     "coupons": {"rate_limit_per_s": None, "burst": 1},
 }
+# With `bursts` only (simulation.Options): a bucket that takes far longer to refill
+# (burst / rate = 6 s) than a broker takes to restart or hand over, fed herds of up to
+# a burst, so that a second burst after a restart breaks the bound (issue 30, break 3).
+BURSTY = "alerts"
+BURSTY_LIMITS: dict[str, Any] = {"rate_limit_per_s": 1.0, "burst": 6}
+BURSTY_EVERY_S = (3.0, 7.0)
+BURSTY_HERD = (3, 6)  # jobs: under the rate on average, a whole burst now and then
+BURSTY_DUE_IN_MS = (0, 1500, 3000)
 RETRY = {"max_attempts": 5, "initial_backoff_ms": 500, "max_backoff_ms": 2000, "multiplier": 2}
 TIMEOUT_MS = 1000
 HERD = 15
@@ -29,8 +38,13 @@ HERD = 15
 RACED = "promo-"
 
 
+def limits(bursts: bool) -> dict[str, dict[str, Any]]:
+    """The biz types of a run, with their limits."""
+    return {**BIZ_TYPES, BURSTY: BURSTY_LIMITS} if bursts else BIZ_TYPES
+
+
 def biz_body(biz_type: str) -> dict[str, Any]:
-    limits = BIZ_TYPES.get(biz_type, {"rate_limit_per_s": None, "burst": 1})
+    limits = limits_of(biz_type)
     return {
         "callback_url": f"http://{biz_type}.example/cb",
         "rate_limit_per_s": limits["rate_limit_per_s"],
@@ -40,10 +54,19 @@ def biz_body(biz_type: str) -> dict[str, Any]:
     }
 
 
+def limits_of(biz_type: str) -> dict[str, Any]:
+    """A biz type's limits; a raced one (`RACED`) has none."""
+    return limits(True).get(biz_type, {"rate_limit_per_s": None, "burst": 1})
+
+
 class Workload:
-    def __init__(self, cluster: Cluster, seed: int, *, duration_ms: int, jobs: int) -> None:
+    def __init__(
+        self, cluster: Cluster, seed: int, *, duration_ms: int, jobs: int, bursts: bool = False
+    ) -> None:
         self.cluster = cluster
         self.rng = random.Random(f"workload/{seed}")
+        # Its own draws: a run without bursts draws as it did before they existed.
+        self.bursts = random.Random(f"bursts/{seed}") if bursts else None
         self.duration_ms = duration_ms
         self.jobs = jobs
         self.created: dict[tuple[str, str], dict[str, Any]] = {}  # identity -> create body
@@ -55,7 +78,7 @@ class Workload:
         self._ids = 0
 
     async def setup(self) -> None:
-        for biz_type in BIZ_TYPES:
+        for biz_type in limits(self.bursts is not None):
             while (
                 await self.cluster.call("PUT", f"/v1/biz-types/{biz_type}", biz_body(biz_type))
             ).status not in (200, 201):
@@ -65,6 +88,8 @@ class Workload:
         tasks = [asyncio.create_task(self._client(i)) for i in range(3)]
         tasks.append(asyncio.create_task(self._pauses()))
         tasks.append(asyncio.create_task(self._deletes()))
+        if self.bursts is not None:
+            tasks.append(asyncio.create_task(self._bursts(self.bursts)))
         await asyncio.gather(*tasks)
 
     def _new_job(self) -> dict[str, Any]:
@@ -120,6 +145,20 @@ class Workload:
             self._ids += 1
             jobs.append({"biz_type": "orders", "job_id": f"j{self._ids}", "due_at": due_at})
         return await self._post_batch(jobs)
+
+    async def _bursts(self, rng: random.Random) -> None:
+        """Every few seconds, a herd of `alerts` jobs due at one moment: a whole burst
+        now and then, which the owner spends at once and holds nothing after."""
+        clock = self.cluster.clock
+        end_ms = clock.now_ms() + self.duration_ms
+        while clock.now_ms() < end_ms:
+            await clock.sleep(rng.uniform(*BURSTY_EVERY_S))
+            due_at = clock.now_ms() + rng.choice(BURSTY_DUE_IN_MS)
+            jobs = []
+            for _ in range(rng.randint(*BURSTY_HERD)):
+                self._ids += 1
+                jobs.append({"biz_type": BURSTY, "job_id": f"a{self._ids}", "due_at": due_at})
+            await self._post_batch(jobs)
 
     async def _post_batch(self, jobs: list[dict[str, Any]]) -> int:
         call = await self.cluster.call("POST", "/v1/jobs:batch", {"jobs": jobs})

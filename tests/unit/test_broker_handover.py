@@ -114,7 +114,7 @@ async def test_the_rate_holds_on_the_send_timestamps_when_the_skew_estimate_move
     parts: Any, fake_clock: FakeClock
 ) -> None:
     """A send is stamped (`fired_at`, the contract's send time) by the skew guard's
-    clock, this host's minus its learnt lead over the store. When the lead grows (a
+    clock, the earlier of this host's and the store's lower bound. When the lead grows (a
     store freeze's slow heartbeats roll the best sample out), that clock steps back;
     a bucket on the monotonic clock then let sends out whose stamps were closer than
     the rate allows (found by the chaos run: 16 sends in 3,497 ms against 15.99)."""
@@ -133,7 +133,7 @@ async def test_the_rate_holds_on_the_send_timestamps_when_the_skew_estimate_move
     for job in await claimed_jobs(store, fake_clock, 4, now - 1000):
         lane.offer(FakeDelivery(job))
     await drive_by_hand(lane, fake_clock, 100)  # the first send, then 100 ms
-    skew.observe(fake_clock.now_ms(), fake_clock.now_ms() - 60)  # now 60 ms ahead
+    skew.observe(fake_clock.monotonic_s(), fake_clock.now_ms() - 60)  # now 60 ms ahead
     await drive_by_hand(lane, fake_clock, 1000)
     stamps = [json.loads(request.body)["fired_at"] for _, request in sender.sent]
     assert len(stamps) == 4, stamps

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from broker.ratelimit import TokenBucket
+from broker.ratelimit import BucketClock, TokenBucket
 
 
 def takes_at(bucket: TokenBucket, times_s: list[float]) -> list[float]:
@@ -92,3 +92,37 @@ def test_limited_after_unlimited_starts_full() -> None:
     assert got == [True, True, True, False], f"expected a full bucket of 3, got {got}"
     bucket.reconfigure(None, 3, now_s=5.0)
     assert bucket.try_take(5.0)
+
+
+def test_bucket_time_runs_no_faster_than_the_stamps_nor_real_time() -> None:
+    """Seed 1000 of the simulation: the send clock (the skew guard's store bound) moved
+    1 ms forward when a heartbeat tightened it, and a bucket on that clock let two sends
+    out 249 ms apart in real time at 4/s: 25 callbacks in 5,499 ms, burst 3."""
+    clock = BucketClock(stamp_ms=10_000, mono_s=0.0)
+    assert clock.at(10_250, 0.25) == pytest.approx(0.25)
+    assert clock.at(10_501, 0.25) == pytest.approx(0.25), "a skip forward refills nothing"
+    assert clock.at(10_751, 0.5) == pytest.approx(0.5)
+    assert clock.at(8_751, 1.0) == pytest.approx(0.5), "stepped back: no refill below the top"
+    assert clock.at(10_851, 2.0) == pytest.approx(0.6), "then only what passes the top"
+    assert clock.at(11_851, 2.5) == pytest.approx(1.1), "and no faster than real time"
+
+
+def test_the_bound_holds_in_real_time_and_in_stamps_while_the_send_clock_jitters() -> None:
+    rng = random.Random(5)
+    rate, burst = 4.0, 3
+    stamp_ms, mono_s = 1_000_000, 0.0
+    clock = BucketClock(stamp_ms, mono_s)
+    bucket = TokenBucket(rate, burst, clock.at(stamp_ms, mono_s))
+    real: list[float] = []
+    stamps: list[float] = []
+    for _ in range(5000):
+        mono_s += 0.001 * rng.randint(1, 20)
+        stamp_ms = 1_000_000 + round(mono_s * 1000) + rng.choice((0, 0, 0, 1, -1, 30, -30))
+        if bucket.try_take(clock.at(stamp_ms, mono_s)):
+            real.append(mono_s)
+            stamps.append(stamp_ms / 1000)
+    stamps.sort()
+    for window_s in (0.0, 0.249, 1.0, 5.499):
+        allowed = burst + rate * window_s + 1e-9
+        assert max_in_window(real, window_s) <= allowed, f"real time, window {window_s}"
+        assert max_in_window(stamps, window_s) <= allowed, f"stamps, window {window_s}"

@@ -47,4 +47,5 @@ class MemoryBizTypes:
         if any(j.biz_type == name and j.state in ACTIVE_STATES for j in jobs):
             raise Conflict(f"biz type {name!r} still has pending or dispatched jobs")
         del self._s.biz[name]
+        self._s.rate_states.pop(name, None)  # as the biz type's document takes it along
         return True

@@ -1,11 +1,11 @@
-"""In-memory broker heartbeats."""
+"""In-memory broker heartbeats and the biz types' bucket states."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
-from timer_service.dispatch import BrokerBeat, HeldBiz
+from timer_service.dispatch import BrokerBeat, BucketTaken, HeldBiz
 from timer_service.store.memory.state import MemoryState
 
 
@@ -41,3 +41,28 @@ class MemoryBrokers:
         epoch = self._s.epochs.get(biz_type, 0) + 1
         self._s.epochs[biz_type] = epoch
         return epoch
+
+    async def take_bucket(self, biz_type: str, taker: str, now_ms: int) -> BucketTaken | None:
+        if biz_type not in self._s.biz:
+            return None
+        clock = self._s.clock
+        store_ms = now_ms if clock is None else clock.now_ms()
+        was = self._s.rate_states.get(biz_type)
+        self._s.rate_states[biz_type] = (taker, None, None)
+        if was is None:
+            return BucketTaken(store_ms, was_taken=False)
+        _, left_at, tokens = was
+        return BucketTaken(store_ms, was_taken=True, left_at=left_at, left_tokens=tokens)
+
+    async def leave_bucket(
+        self, biz_type: str, taker: str, tokens: float | None, now_ms: int
+    ) -> None:
+        was = self._s.rate_states.get(biz_type)
+        if was is None or biz_type not in self._s.biz:
+            return
+        if was[0] != taker:
+            self._s.rate_states[biz_type] = (was[0], None, None)
+            return
+        clock = self._s.clock
+        store_ms = now_ms if clock is None else clock.now_ms()
+        self._s.rate_states[biz_type] = (taker, store_ms, tokens)

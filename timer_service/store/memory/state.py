@@ -55,6 +55,8 @@ class MemoryState:
     dispatched: dict[str, None] = field(default_factory=dict)
     rounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # open: (opened at, fence)
     biz: dict[str, BizType] = field(default_factory=dict)
+    # biz type -> (taker, left_at, tokens) of its token bucket (BrokersPort.take_bucket)
+    rate_states: dict[str, tuple[str, int | None, float | None]] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
     fence_counter: int = 0

@@ -1,4 +1,4 @@
-"""MongoDB broker heartbeats, on the store's clock."""
+"""MongoDB broker heartbeats, and the biz types' bucket states, on the store's clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from pymongo import ReturnDocument
 
-from timer_service.dispatch import BrokerBeat, HeldBiz
+from timer_service.dispatch import BrokerBeat, BucketTaken, HeldBiz
 from timer_service.store.mongo.layout import Layout
 
 
@@ -74,6 +74,54 @@ class MongoBrokers:
         )
         assert doc is not None  # an upsert returning the document after it
         return int(doc["epoch"])
+
+    # A biz type's bucket state lives in its document, so that deleting the biz type
+    # takes it along: `rs_by` (its taker), `rs_at`, `rs_left_at`, `rs_tokens`, and the
+    # same of the taker before (`rs_was_*`), which a take answers.
+    async def take_bucket(self, biz_type: str, taker: str, now_ms: int) -> BucketTaken | None:
+        doc = await self._l.biz.find_one_and_update(
+            {"_id": biz_type},
+            [
+                {
+                    "$set": {
+                        "rs_was_by": {"$ifNull": ["$rs_by", None]},
+                        "rs_was_left_at": {"$ifNull": ["$rs_left_at", None]},
+                        "rs_was_tokens": {"$ifNull": ["$rs_tokens", None]},
+                        "rs_by": {"$literal": taker},
+                        "rs_at": "$$NOW",
+                        "rs_left_at": {"$literal": None},
+                        "rs_tokens": {"$literal": None},
+                    }
+                }
+            ],
+            projection={"rs_was_by": 1, "rs_was_left_at": 1, "rs_was_tokens": 1, "rs_at": 1},
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            return None
+        at_ms = _epoch_ms(doc["rs_at"])
+        if doc.get("rs_was_by") is None:
+            return BucketTaken(at_ms, was_taken=False)
+        left_at = doc.get("rs_was_left_at")
+        return BucketTaken(
+            at_ms,
+            was_taken=True,
+            left_at=None if left_at is None else _epoch_ms(left_at),
+            left_tokens=doc.get("rs_was_tokens"),
+        )
+
+    async def leave_bucket(
+        self, biz_type: str, taker: str, tokens: float | None, now_ms: int
+    ) -> None:
+        result = await self._l.biz.update_one(
+            {"_id": biz_type, "rs_by": taker},
+            {"$set": {"rs_tokens": tokens}, "$currentDate": {"rs_left_at": True}},
+        )
+        if result.matched_count == 0:
+            await self._l.biz.update_one(
+                {"_id": biz_type, "rs_by": {"$exists": True, "$ne": taker}},
+                {"$set": {"rs_left_at": None, "rs_tokens": None}},
+            )
 
 
 def _epoch_ms(at: datetime) -> int:

@@ -1,11 +1,12 @@
-"""Broker membership: each broker's heartbeat of what it holds and consumes."""
+"""Broker membership: each broker's heartbeat of what it holds and consumes, and the
+biz types' token buckets a broker takes to send and leaves when it lets go."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-from timer_service.dispatch import BrokerBeat, HeldBiz
+from timer_service.dispatch import BrokerBeat, BucketTaken, HeldBiz
 
 
 class BrokersPort(Protocol):
@@ -37,4 +38,19 @@ class BrokersPort(Protocol):
         every earlier one of that biz type, which its send marks then carry
         (`SendRef.epoch`); a mark under an earlier epoch applies nowhere from now on
         (`outcomes.start_sending`). A retry after a lost reply takes another epoch."""
+        ...
+
+    async def take_bucket(self, biz_type: str, taker: str, now_ms: int) -> BucketTaken | None:
+        """`taker` (one lane of one broker) starts sending for `biz_type`: its token
+        bucket is marked taken by it, not left, and answered as it was before (None: no
+        such biz type). `now_ms`: the caller's clock, where the store keeps none."""
+        ...
+
+    async def leave_bucket(
+        self, biz_type: str, taker: str, tokens: float | None, now_ms: int
+    ) -> None:
+        """`taker` sends nothing more for `biz_type`: its bucket holds `tokens` (None:
+        unlimited) as this write applies, on the store's clock. When another taker took
+        the bucket since, that one's state is marked not left instead (this taker may
+        have sent after it left, on a stream that came back): the next starts empty."""
         ...
