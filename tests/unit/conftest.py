@@ -1,5 +1,6 @@
 """Fixtures every unit test may ask for: `make_api` and `api` (tests/unit/api_harness.py,
-with `prepared_routes`, the routes its apps share within a module),
+with `prepared_routes`, the routes its apps share within the run; `new_app` for a test
+that builds its own app),
 `world` (tests/unit/broker_harness.py), `rendered` (tests/unit/manifests_harness.py),
 `store` and `clock` (tests/unit/daemon_harness.py; a file may define its own)."""
 
