@@ -3,6 +3,7 @@ to the `team-a-*` biz types, and a sample request for every /v1 route of the app
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,14 +11,13 @@ from typing import Any
 
 from fastapi.routing import APIRoute
 
-from tests.unit.api_harness import CALLBACK, Api
+from tests.unit.api_harness import CALLBACK, Api, expect, new_app
 from timer_service.access import AccessToken, Role, hash_token
-from timer_service.api import create_app
 from timer_service.api.access import Requirement, requirement_of
 from timer_service.clock import FakeClock
 from timer_service.metrics import Metrics
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
+from timer_service.store.recording import recording
 
 BOOT = "tok-boot"
 IN, OUT = "team-a-orders", "team-b-orders"  # inside and outside every test token's scope
@@ -35,15 +35,28 @@ def secret_of(role: Role, scoped: bool = True) -> str:
 
 async def seeded(make_api: Callable[..., Any]) -> Api:
     """An API whose auth is on, with biz types IN and OUT, a job and a schedule in each,
-    and a token per role limited to SCOPE (plus an admin of every biz type)."""
-    api = await make_api(api_token=BOOT)
+    and a token per role limited to SCOPE (plus an admin of every biz type).
+
+    The data is written through the API once per process and kept as a template; each
+    call gets its own deep copy of that store under a new app, so a test changes only
+    its copy (the access matrix alone asks for ~360 of them)."""
+    if not _TEMPLATE:
+        _TEMPLATE.append(await _seed(await make_api(api_token=BOOT)))
+    return await make_api(store=recording(copy.deepcopy(_TEMPLATE[0])), api_token=BOOT)
+
+
+_TEMPLATE: list[MemoryStore] = []  # the seeded store, never served itself
+
+
+async def _seed(api: Api) -> MemoryStore:
     boot = bearer(BOOT)
     for biz in (IN, OUT):
-        await api.request("PUT", f"/v1/biz-types/{biz}", json=CALLBACK, headers=boot)
+        expect(await api.request("PUT", f"/v1/biz-types/{biz}", json=CALLBACK, headers=boot), 201)
         job = {"biz_type": biz, "job_id": "j1", "delay_ms": 60_000}
-        await api.request("POST", "/v1/jobs", json=job, headers=boot)
+        expect(await api.request("POST", "/v1/jobs", json=job, headers=boot), 201)
         sched = {"intervals_ms": [60_000]}
-        await api.request("PUT", f"/v1/schedules/{biz}/s1", json=sched, headers=boot)
+        url = f"/v1/schedules/{biz}/s1"
+        expect(await api.request("PUT", url, json=sched, headers=boot), 201)
     grants = [(role, SCOPE) for role in ROLES] + [(Role.ADMIN, ())]
     for i, (role, biz_types) in enumerate(grants):
         secret = secret_of(role, scoped=bool(biz_types))
@@ -51,14 +64,12 @@ async def seeded(make_api: Callable[..., Any]) -> Api:
             f"tok_{i}", f"test-{role.value}", role, biz_types, i, hash_token(secret)
         )
         await api.store.tokens.create_token(token)
-    return api
+    return copy.deepcopy(api.store.inner)
 
 
 def v1_routes() -> list[APIRoute]:
     """Every /v1 route of the app as `create_app` builds it."""
-    app = create_app(
-        Settings(_env_file=None, api_token=BOOT), MemoryStore(), Metrics(), FakeClock()
-    )  # type: ignore[call-arg]
+    app = new_app(MemoryStore(), Metrics(), FakeClock(), {"api_token": BOOT})
     routes: list[APIRoute] = app.state.api_routes
     return [r for r in routes if r.path.startswith("/v1")]
 

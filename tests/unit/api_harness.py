@@ -3,12 +3,14 @@ the assertions every API test file shares (fixtures `make_api` and `api`, offere
 every unit test by tests/unit/conftest.py).
 
 Each test gets its own app over its own store, clock, metrics and scheduler, but the
-routes are prepared once per test module (`prepared_routes`): FastAPI prepares an
-app's included routes on its first request, about 10 ms an app, most of what building
-an app per test used to cost."""
+routes are prepared once per process for each set of settings (`new_app`, the fixture
+`prepared_routes`): FastAPI prepares an app's included routes on its first request,
+10-15 ms an app, most of what building an app per test used to cost. The `Settings`
+are built once per set of values (tests/unit/settings_harness.py)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -18,12 +20,12 @@ from fastapi import FastAPI
 from starlette.routing import BaseRoute
 
 from tests.contract.stores import list_jobs
+from tests.unit.settings_harness import settings as cached_settings
 from timer_service.api import create_app
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Outcome, OutcomeKind, SendRef
 from timer_service.metrics import Metrics
 from timer_service.model import Attempt
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
 from timer_service.store.recording import recording
 
@@ -73,17 +75,69 @@ ApiFactory = Callable[..., AsyncIterator[Api]]
 PreparedRoutes = dict[str, list[BaseRoute]]
 
 
-@pytest.fixture(scope="module")
+_PREPARED: PreparedRoutes = {}  # by settings: the included routes of the first app
+
+
+@pytest.fixture(scope="session")
 def prepared_routes() -> PreparedRoutes:
-    """The included routes of the module's first app for each set of settings."""
-    return {}
+    """The included routes of the run's first app for each set of settings."""
+    return _PREPARED
+
+
+def new_app(
+    store: Any, metrics: Metrics, clock: Any, settings: dict[str, Any] | None = None, **kw: Any
+) -> FastAPI:
+    """`create_app` with the `Settings` of `settings` (values by field name) and the
+    routes already prepared for them, for the unit tests that build their own app."""
+    values = settings or {}
+    app = create_app(cached_settings(**values), store, metrics, clock, **kw)
+    reuse_prepared_routes(app, _PREPARED, values)
+    share_openapi(app)
+    return app
+
+
+_SCHEMAS: dict[tuple[Any, ...], dict[str, Any]] = {}  # by the app's routes
+
+
+def share_openapi(app: FastAPI) -> None:
+    """Generate the app's OpenAPI document once per process for each set of routes (the
+    document depends on nothing else: ~150 ms a time), and give each app its own copy.
+    A route a test adds changes the set, so its app gets a document of its own."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            key = tuple(_route_key(r) for r in app.router.routes)
+            if key not in _SCHEMAS:
+                _SCHEMAS[key] = copy.deepcopy(generate())
+            app.openapi_schema = copy.deepcopy(_SCHEMAS[key])
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _route_key(route: BaseRoute) -> tuple[Any, ...]:
+    """A shared prepared router by identity (`_PREPARED` keeps it alive), an app's own
+    route by what it declares."""
+    if getattr(route, "original_router", None) is not None:
+        return ("included", id(route))
+    methods = sorted(getattr(route, "methods", None) or ())
+    return (
+        type(route).__name__,
+        getattr(route, "path", None),
+        tuple(methods),
+        getattr(route, "include_in_schema", None),
+        getattr(getattr(route, "endpoint", None), "__qualname__", None),
+    )
 
 
 def reuse_prepared_routes(app: FastAPI, prepared: PreparedRoutes, settings: dict[str, Any]) -> None:
     """Give `app` the included routers of the first app built with the same settings, which
     FastAPI prepared on that app's first request. They hold no state of their app: the
-    handlers read theirs from `request.app.state`, and the auth dependency depends only on
-    the settings. The list is the app's own, so a route a test adds stays in its app."""
+    routers are module-level, the handlers read their state from `request.app.state`,
+    and the dependencies `create_app` adds to them do not depend on the app. Keyed by
+    the settings all the same, in case one ever does. The list is the app's own, so a
+    route a test adds stays in its app."""
     key = repr(sorted(settings.items()))
     first = prepared.setdefault(key, app.router.routes)
     own = app.router.routes
@@ -105,7 +159,7 @@ async def make_api(prepared_routes: PreparedRoutes) -> AsyncIterator[Callable[..
         metrics = Metrics()
         written: list[list[int]] = []
         app = create_app(
-            Settings(_env_file=None, **settings),  # type: ignore[call-arg]
+            cached_settings(**settings),
             store,
             metrics,
             clock,
@@ -113,6 +167,7 @@ async def make_api(prepared_routes: PreparedRoutes) -> AsyncIterator[Callable[..
             ready_checks=ready_checks,
         )
         reuse_prepared_routes(app, prepared_routes, settings)
+        share_openapi(app)
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)
         client = httpx.AsyncClient(transport=transport, base_url="http://api")
         clients.append(client)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from daemon.app import Daemon
+from tests.unit.settings_harness import settings as cached_settings
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
 from timer_service.jobs import NewJob
@@ -56,7 +57,7 @@ def settings(**overrides: object) -> Settings:
         "publish_batch": 100,
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return cached_settings(**values)
 
 
 class Harness:

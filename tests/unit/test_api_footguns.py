@@ -8,18 +8,16 @@ from typing import Any
 
 import pytest
 
-from tests.unit.api_harness import Api, expect, locs
-from timer_service.api.app import create_app
+from tests.unit.api_harness import Api, expect, locs, new_app
 from timer_service.api.query_params import UNKNOWN_QUERY
 from timer_service.clock import FakeClock
 from timer_service.metrics import Metrics
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
 
 
 def openapi() -> dict[str, Any]:
     store = MemoryStore(buckets=60, retention_ms=86_400_000)
-    app = create_app(Settings(_env_file=None), store, Metrics(), FakeClock())  # type: ignore[call-arg]
+    app = new_app(store, Metrics(), FakeClock())
     return app.openapi()
 
 

@@ -18,12 +18,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from timer_service.api import create_app
+from tests.unit.api_harness import new_app
 from timer_service.api.observe import ObserveMiddleware
 from timer_service.clock import FakeClock
 from timer_service.logs import ContextFilter, JsonFormatter
 from timer_service.metrics import Metrics
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
 from timer_service.tracecontext import TraceContext
 from timer_service.tracing import NO_TRACING
@@ -59,11 +58,11 @@ async def make_api() -> AsyncIterator[Callable[..., Any]]:
         await store.setup()
         metrics = Metrics()
         clock = FakeClock(NOW)
-        app = create_app(
-            Settings(_env_file=None, **settings),  # type: ignore[call-arg]
+        app = new_app(
             store,
             metrics,
             clock,
+            settings,
             ready_checks=[check(clock) for check in ready_checks],
             tracing=NO_TRACING,
         )

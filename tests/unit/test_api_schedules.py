@@ -9,15 +9,13 @@ import httpx
 import pytest
 
 from tests.contract.stores import list_jobs
-from tests.unit.api_harness import expect, locs
-from timer_service.api import create_app
+from tests.unit.api_harness import expect, locs, new_app
 from timer_service.clock import FakeClock
 from timer_service.dispatch import Claimed
 from timer_service.metrics import Metrics
 from timer_service.model import JobState
 from timer_service.schedules import MAX_SCHEDULE_ID_LEN
 from timer_service.scheduling import Scheduler
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
 from timer_service.store.recording import recording
 
@@ -57,12 +55,8 @@ async def api() -> AsyncIterator[Api]:
     holder: list[Api] = []
     async with httpx.AsyncClient(base_url="http://api") as client:
         made = Api(client, store, clock)
-        app = create_app(
-            Settings(_env_file=None, max_payload_bytes=100),  # type: ignore[call-arg]
-            store,
-            made.metrics,
-            clock,
-            scheduler=made.scheduler,
+        app = new_app(
+            store, made.metrics, clock, {"max_payload_bytes": 100}, scheduler=made.scheduler
         )
         client._transport = httpx.ASGITransport(app, raise_app_exceptions=False)
         holder.append(made)

@@ -11,11 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from timer_service.api import create_app
+from tests.unit.api_harness import new_app
 from timer_service.clock import FakeClock
 from timer_service.lateness import BREAKDOWN_MEMBERS, WaitingFor
 from timer_service.metrics import Metrics
-from timer_service.settings import Settings
 from timer_service.store.memory import MemoryStore
 from timer_service.ui.mount import CONSOLE_DIR, SWAGGER_DIR
 
@@ -30,8 +29,8 @@ REFERENCE = re.compile(
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[httpx.AsyncClient]:
     store = MemoryStore(buckets=60, retention_ms=86_400_000)
     await store.setup()
-    settings = Settings(_env_file=None, api_token=request.param)  # type: ignore[call-arg]
-    app = create_app(settings, store, Metrics(), FakeClock(1_767_225_600_000))
+    settings = {"api_token": request.param}
+    app = new_app(store, Metrics(), FakeClock(1_767_225_600_000), settings)
     transport = httpx.ASGITransport(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
         yield client

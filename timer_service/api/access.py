@@ -99,7 +99,13 @@ def check_declared(routes: list[APIRoute], prefix: str) -> None:
         raise RuntimeError(f"routes without a declared role (api/access.py): {missing}")
 
 
-GrantDep = Annotated[Grant, Depends(grant_of)]  # the caller's grant, for handlers that filter
+async def caller_grant(request: Request) -> Grant:
+    """`grant_of` as a dependency: async, so FastAPI calls it on the event loop rather
+    than in its thread pool (a thread hop per request for a dictionary read)."""
+    return grant_of(request)
+
+
+GrantDep = Annotated[Grant, Depends(caller_grant)]  # the caller's grant, for handlers that filter
 
 
 async def visible_biz_types(biz_types: BizTypesPort, grant: Grant) -> list[BizType]:

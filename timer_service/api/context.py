@@ -80,11 +80,13 @@ class ApiContext:
             log.exception("on_jobs_written listener failed")
 
 
-def api_context(request: Request) -> ApiContext:
+# The dependencies are async, though they only read: FastAPI runs a sync one in its
+# thread pool, a thread hop per request (tests/unit/test_api_dependencies.py).
+async def api_context(request: Request) -> ApiContext:
     return cast(ApiContext, request.app.state.context)
 
 
-def api_scheduler(request: Request) -> Scheduler:
+async def api_scheduler(request: Request) -> Scheduler:
     return cast(Scheduler, request.app.state.scheduler)
 
 

@@ -29,10 +29,11 @@ def known_query(route: APIRoute) -> frozenset[str]:
     return known
 
 
-def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: Request) -> None:
     """A router dependency: 422 with one error per unknown parameter, before the
     operation runs. An operation that takes no query parameters ignores them, as
-    caches and probes may add some."""
+    caches and probes may add some. Async, so that it runs on the event loop, not in
+    FastAPI's thread pool."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not request.query_params:
         return
