@@ -88,7 +88,7 @@ class Surroundings:
 
 def moment_of(job: Job) -> int:
     """When the job's next callback may go out (its first moment for a final job)."""
-    at = job.due_at if job.next_attempt_at is None else job.next_attempt_at
+    at = job.fires_at if job.next_attempt_at is None else job.next_attempt_at
     return max(at, job.created_at)
 
 
@@ -103,7 +103,7 @@ def without_surroundings(job: Job, now_ms: int) -> Lateness | None:
     if job.state in (JobState.DELIVERED, JobState.DEAD):
         return breakdown(job)
     if job.state == JobState.PENDING and job.attempts > 0 and moment_of(job) > now_ms:
-        first = max(job.due_at, job.created_at)
+        first = max(job.fires_at, job.created_at)
         at = moment_of(job)
         detail = f"waiting for retry at {at} (attempt {job.attempts + 1}, in {at - now_ms} ms)"
         return Waiting(max(0, now_ms - first), WaitingFor.RETRY, detail, at)
@@ -222,7 +222,7 @@ def _held(
 
 def breakdown(job: Job) -> Breakdown | None:
     """Where a final job's lateness arose; None when its outcome came on time."""
-    first_moment = max(job.due_at, job.created_at)
+    first_moment = max(job.fires_at, job.created_at)
     finished = job.delivered_at if job.delivered_at is not None else job.updated_at
     late_ms = finished - first_moment
     if late_ms <= ON_TIME_MS:

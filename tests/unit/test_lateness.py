@@ -200,6 +200,28 @@ def test_a_delivered_job_breaks_its_lateness_down() -> None:
     assert public is not None and public["kind"] == "final" and public["waiting_for"] is None
 
 
+def test_a_flexible_job_is_late_from_its_chosen_moment_not_its_due_time() -> None:
+    """A job with a window fires at `fire_at`, the calendar's pick: 40 s after `due_at`
+    on time is not late, and lateness counts from `fire_at`."""
+    fire_at = DUE + 40_000
+    on_time = job(
+        state=JobState.DELIVERED,
+        window_ms=60_000,
+        fire_at=fire_at,
+        next_attempt_at=None,
+        attempts=1,
+        claimed_at=fire_at - 1_000,
+        delivered_at=fire_at + 30,
+        history=(Attempt(1, fire_at + 5, 200, None, 25),),
+    )
+    assert without_surroundings(on_time, NOW) is None
+    late = on_time.evolve(
+        delivered_at=fire_at + 2_000, history=(Attempt(1, fire_at + 1_900, 200, None, 100),)
+    )
+    got = without_surroundings(late, NOW)
+    assert isinstance(got, Breakdown) and got.late_ms == 2_000, got
+
+
 def test_a_dead_job_after_retries_says_what_is_not_stored() -> None:
     dead = job(
         state=JobState.DEAD,
