@@ -330,6 +330,8 @@ class Scanner:
     # -- 2. live claims --------------------------------------------------------------------
     async def _claim_live(self) -> None:
         now = self._clock.now_ms()
+        if now < self._wheel.current_ms:
+            self._rewind(now)
         self._due_seconds.update(self._wheel.advance(now))
         if not self._due_seconds:
             return
@@ -365,6 +367,25 @@ class Scanner:
             if claimed:
                 await self._publish(claimed)
             await self._finish(done, swept, claimed_through)
+
+    def _rewind(self, now: int) -> None:
+        """The host clock stepped back: file every timer anew on a wheel at `now`.
+
+        A claim reaches `now + claim_ahead_ms` (and its window), so a timer must fire
+        only once the clock is at its deadline. The wheel never moves back: left
+        ahead, it fires (at once, as overdue) timers the claim does not reach, and
+        `_finish` keeps them, fired, as still to claim; their second is then held for
+        ever, never claimed nor released, and the overdue sweep passes it over as the
+        scanner's (seed 1157 of the simulation). Fired timers are filed again too:
+        those still in `jobs` or `sweep` are not done yet. O(timers), once per step.
+        """
+        wheel: TimingWheel[int] = TimingWheel(now)
+        for held in self._held.values():
+            held.jobs = {k: wheel.schedule(t.deadline_ms, t.item) for k, t in held.jobs.items()}
+            if held.sweep is not None:
+                held.sweep = [wheel.schedule(t.deadline_ms, t.item) for t in held.sweep]
+        self._wheel = wheel
+        log.warning("clock stepped back; wheel filed anew", extra={"now_ms": now})
 
     async def _finish(
         self, seconds: list[int], swept: dict[int, SecondEntry | None], claimed_through: int
