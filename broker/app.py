@@ -277,7 +277,9 @@ class Broker:
     def _let_go_lapsed(self) -> None:
         """Cancel the consumers of the lanes of a term that is over, so that RabbitMQ's
         single active consumer moves to a live broker: they send nothing more, and
-        what they hold goes back to the queue, unsent."""
+        what they hold unsent goes back to the queue. What they sent is acked first
+        (its outcome may still be on its way: a store election lapses the lease while
+        the outcome write waits), never handed back to be sent again."""
         for name, lane in list(self._lanes.items()):
             if lane.stream is None or not lane.stream.term.over:
                 continue
@@ -288,6 +290,7 @@ class Broker:
             task.add_done_callback(self._removals.discard)
 
     async def _let_go(self, name: str, lane: Lane, consumer: Consumer | None) -> None:
+        await lane.let_go_of_sent()  # a no-op on a channel closed already
         with contextlib.suppress(TimeoutError):
             await self._clock.wait_for(self._cancel(name, consumer), LET_GO_TIMEOUT_S)
         await lane.close()

@@ -128,6 +128,16 @@ def test_a_handover_while_outcome_writes_hang_sends_no_job_twice() -> None:
     holds(simulate(1158))
 
 
+def test_a_lease_lapsed_in_an_election_sends_no_job_twice() -> None:
+    """Seed 1016 with clock steps and rolling restarts (found among 80 extra seeds): a
+    4.9 s store election at 14.7 s held broker-1#7's outcome writes and heartbeats; its
+    lease lapsed and it let go of its biz types, cancelling their consumers, which
+    handed back what it had sent (promo-2/r4, r5, r7). A beat landed, it consumed again,
+    took its own marks over and called each back again at 19.9 s. A lapsed let-go now
+    acks what was sent, as a planned one does (broker/app.py `_let_go`)."""
+    holds(simulate(1016, Options(clock_steps=True, bursts=True)))
+
+
 def test_a_reschedule_answered_503_leaves_no_job_behind_for_long() -> None:
     """Seed 1091 (found among 100 more seeds, on the layout that moved jobs): at least
     once, within the settle bound. coupons/j21, due at 16.1 s, got a reschedule to

@@ -81,3 +81,39 @@ async def test_a_handover_while_outcome_writes_stall_sends_nothing_twice() -> No
         finally:
             store.heal()
             await world.clock.drive(newcomer.stop())
+
+
+async def test_a_lease_lapsed_in_an_election_sends_nothing_twice() -> None:
+    """Issue 30, seed 1016 with clock steps and rolling restarts (found by the seed1157
+    triage among 80 extra seeds): a store election holds the outcome writes and the
+    heartbeats alike; the broker's lease lapses and it lets go of its biz types,
+    cancelling their consumers, which handed its sent messages back to the queue. Once
+    a beat landed it consumed again, took its own marks over and sent each job again.
+    A lapsed let-go now acks what was sent, as a planned one does."""
+    store = faulty(MemoryStore(buckets=60, retention_ms=86_400_000))
+    await store.setup()
+    async with world_with(store) as world:
+        await world.put_biz("orders", max_concurrency=8, timeout_ms=1000)
+        await world.broker.start()
+        due = world.clock.now_ms() + 300
+        jobs = await world.create("orders", [f"e{i}" for i in range(8)], due)
+        store.stall("record_outcomes", times=100)  # the election: outcomes hang ...
+        world.daemon.watch([due])
+        world.daemon.run(jobs)
+        while len(world.receiver.received) < 8:
+            await world.clock.run_for(20)
+        store.fail("broker_heartbeat", times=5)  # ... and so do the heartbeats, ~10 s
+        try:
+            assert await world.clock.run_until(lambda: not world.broker.biz_types, 10_000), (
+                "still consuming with its lease lapsed"
+            )
+            # A beat lands again while the outcomes still hang: it consumes anew.
+            assert await world.clock.run_until(lambda: world.broker.biz_types == ["orders"], 8_000)
+            await world.clock.run_for(3000)  # a redelivered copy would go out by now
+            store.resume()  # the outcomes land
+            await wait_for_states(store, jobs, {JobState.DELIVERED}, 15, world.clock)
+            await world.clock.run_for(3000)  # a redelivered copy would go out by now
+            counts = {job_id: len(world.receiver.for_job(job_id)) for _, job_id in jobs}
+            assert counts == dict.fromkeys(counts, 1), f"called back more than once: {counts}"
+        finally:
+            store.heal()
